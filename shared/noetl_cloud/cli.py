@@ -1,0 +1,89 @@
+"""The ``noetl-cloud`` command.
+
+Sub-commands are added by the issue that builds each capability; each handler imports what it
+needs when it runs, so ``noetl-cloud --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from noetl_cloud.errors import NoetlError
+
+
+def _local(args: argparse.Namespace) -> int:
+    from noetl_cloud.local.stack import LocalStack, export_lines
+
+    stack = LocalStack.from_env(os.environ)
+    if args.action == "up":
+        stack.up()
+    elif args.action == "down":
+        stack.down()
+    elif args.action == "env":
+        sys.stdout.write(export_lines(stack.env()))
+    elif args.action == "status":
+        rows = stack.status()
+        if args.json:
+            print(json.dumps([r.to_dict() for r in rows], indent=2))
+        else:
+            print(f"{'component':<10} {'port':>6} {'pid':>8}  state      started in")
+            for r in rows:
+                state = "healthy" if r.healthy else ("unhealthy" if r.running else "stopped")
+                started = f"{r.startup_seconds:.2f} s" if r.startup_seconds is not None else "-"
+                print(f"{r.name:<10} {r.port:>6} {r.pid or '-':>8}  {state:<10} {started}")
+        return 0 if all(r.healthy for r in rows) else 1
+    return 0
+
+
+def _db(args: argparse.Namespace) -> int:
+    from noetl_cloud.db import migrate
+    from noetl_cloud.db.engine import create_db_engine
+    from noetl_cloud.settings import Settings
+
+    settings = Settings.from_env(os.environ)
+    engine = create_db_engine(settings, pool_size=1, max_overflow=0)
+    try:
+        if args.action == "upgrade":
+            migrate.upgrade(engine, args.revision)
+        elif args.action == "downgrade":
+            migrate.downgrade(engine, args.revision)
+        print(f"database at revision {migrate.current_revision(engine)} (head {migrate.head_revision(engine)})")
+    finally:
+        engine.dispose()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="noetl-cloud", description="NoETL Cloud operator command")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    local = sub.add_parser("local", help="the local stack: PostgreSQL and the emulators as processes")
+    local.add_argument("action", choices=["up", "down", "status", "env"])
+    local.add_argument("--json", action="store_true", help="status as JSON")
+    local.set_defaults(handler=_local)
+
+    db = sub.add_parser("db", help="database migrations (reads NOETL_DATABASE_URL or NOETL_CLOUDSQL_INSTANCE)")
+    db.add_argument("action", choices=["upgrade", "downgrade", "current"])
+    db.add_argument("revision", nargs="?", default="head")
+    db.set_defaults(handler=_db)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except NoetlError as exc:
+        print(f"noetl-cloud: {exc.code}: {exc.message}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # StackError and friends carry a message written for operators
+        print(f"noetl-cloud: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""SQLAlchemy engine factory on pg8000.
+
+Locally the engine connects with a plain DSN (``NOETL_DATABASE_URL``); in Google Cloud, when
+``NOETL_CLOUDSQL_INSTANCE`` is set, it connects through the Cloud SQL Python Connector (TLS,
+optional IAM database authentication). The pool is small: Cloud Run scales by instances, and
+each instance should hold only a few connections.
+
+pg8000 does not set ``TCP_NODELAY``; with Nagle's algorithm on, a statement of a few KB waits for
+the server's delayed ACK (~40 ms) before its last segment leaves. Every new connection sets it.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+from noetl_cloud.errors import ConfigError
+from noetl_cloud.settings import Settings
+
+
+def set_tcp_nodelay(dbapi_connection: Any) -> None:
+    """Turn Nagle's algorithm off on a pg8000 connection's socket."""
+    sock = getattr(dbapi_connection, "_usock", None)
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def normalize_url(url: str) -> str:
+    """Accept ``postgresql://`` and ``postgres://`` DSNs and pin the pg8000 driver."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        raise ConfigError(
+            "NOETL_DATABASE_URL must be a PostgreSQL URL", code="config_invalid",
+            details={"variable": "NOETL_DATABASE_URL"},
+        )
+    return parsed.set(drivername="postgresql+pg8000").render_as_string(hide_password=False)
+
+
+def create_db_engine(settings: Settings, **overrides: Any) -> Engine:
+    """Build the engine the settings describe (nothing connects until first use)."""
+    options: dict[str, Any] = {
+        "pool_size": settings.db_pool_size,
+        "max_overflow": settings.db_max_overflow,
+        "pool_timeout": settings.db_pool_timeout_s,
+        "pool_pre_ping": True,
+        "pool_recycle": 1800,
+    }
+    options.update(overrides)
+    if settings.cloudsql_instance:
+        engine = _cloudsql_engine(settings, options)
+    else:
+        settings.require("database_url")
+        assert settings.database_url is not None
+        engine = create_engine(normalize_url(settings.database_url), **options)
+    event.listen(engine, "connect", lambda conn, _record: set_tcp_nodelay(conn))
+    return engine
+
+
+def _cloudsql_engine(settings: Settings, options: dict[str, Any]) -> Engine:
+    settings.require("db_user")
+    if not settings.db_iam_auth:
+        settings.require("db_password")
+    # Imported here: only Cloud SQL deployments pay for the connector.
+    from google.cloud.sql.connector import Connector, IPTypes
+
+    connector = Connector(refresh_strategy="lazy")
+    ip_type = IPTypes[settings.cloudsql_ip_type.upper()]
+    password = settings.db_password.get_secret_value() if settings.db_password else None
+
+    def connect() -> Any:
+        return connector.connect(
+            settings.cloudsql_instance,
+            "pg8000",
+            user=settings.db_user,
+            password=password,
+            db=settings.db_name,
+            enable_iam_auth=settings.db_iam_auth,
+            ip_type=ip_type,
+        )
+
+    return create_engine("postgresql+pg8000://", creator=connect, **options)

@@ -1,0 +1,155 @@
+"""Table definitions: the schema the code expects.
+
+Alembic migrations create this schema; ``tests/integration/test_migrations.py`` proves that
+``alembic upgrade head`` from an empty database gives exactly these tables, columns, indexes and
+constraints. Change a table here only together with a new migration.
+
+Ids minted by the application (events, executions, catalog entries) are snowflakes stored as
+``bigint``; JSON carries them as decimal strings.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _now() -> Column:  # type: ignore[type-arg]
+    return Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()"))
+
+
+# The canonical, append-only event log (spec §3.1). ``position`` is the store's global order
+# (the "backend position" replay cuts at); ``(stream_id, stream_version)`` orders one stream.
+event = Table(
+    "event",
+    metadata,
+    Column("position", BigInteger, Identity(always=True), nullable=False),
+    Column("event_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("organization_id", Text, nullable=False),
+    Column("execution_id", BigInteger, nullable=True),
+    Column("stream_id", Text, nullable=False),
+    Column("stream_version", BigInteger, nullable=False),
+    Column("aggregate_id", Text, nullable=False),
+    Column("aggregate_type", Text, nullable=False),
+    Column("event_type", Text, nullable=False),
+    Column("schema_name", Text, nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("event_time", DateTime(timezone=True), nullable=False),
+    Column("ingest_time", DateTime(timezone=True), nullable=False),
+    Column("producer", Text, nullable=False),
+    Column("causation_id", Text, nullable=True),
+    Column("correlation_id", Text, nullable=True),
+    Column("idempotency_key", Text, nullable=True),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("payload_ref", JSONB, nullable=True),
+    Column("meta", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("envelope_checksum", Text, nullable=False),
+    UniqueConstraint("position"),
+    UniqueConstraint("stream_id", "stream_version"),
+    UniqueConstraint("idempotency_key"),
+    CheckConstraint("stream_version >= 1", name="stream_version_positive"),
+    Index(None, "execution_id", "event_id"),
+    Index(None, "tenant_id", "organization_id", "execution_id"),
+)
+
+# One row per stream: its current version. Appends bump it with a compare-and-set, so a writer
+# with a stale expected version gets a typed conflict without aborting its transaction.
+stream = Table(
+    "stream",
+    metadata,
+    Column("stream_id", Text, primary_key=True),
+    Column("version", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
+
+# Transactional outbox: a row per message to publish, written with the change that causes it.
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("outbox_id", BigInteger, Identity(always=True), primary_key=True),
+    Column("event_id", BigInteger, ForeignKey("event.event_id"), nullable=True),
+    Column("topic", Text, nullable=False),
+    Column("ordering_key", Text, nullable=True),
+    Column("attributes", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("data", JSONB, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'pending'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("available_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    _now(),
+    Column("published_at", DateTime(timezone=True), nullable=True),
+    Column("last_error", Text, nullable=True),
+    UniqueConstraint("event_id", "topic"),
+    CheckConstraint("status IN ('pending', 'in_flight', 'published', 'failed')", name="status_known"),
+    Index(
+        "ix_outbox_claimable",
+        "available_at",
+        "outbox_id",
+        postgresql_where=text("status IN ('pending', 'in_flight')"),
+    ),
+)
+
+execution = Table(
+    "execution",
+    metadata,
+    Column("execution_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("organization_id", Text, nullable=False),
+    Column("catalog_id", BigInteger, ForeignKey("catalog.catalog_id"), nullable=True),
+    Column("path", Text, nullable=False),
+    Column("version", Integer, nullable=True),
+    Column("status", Text, nullable=False),
+    Column("execution_pool", Text, nullable=False),
+    Column("parent_execution_id", BigInteger, nullable=True),
+    Column("trace", JSONB, nullable=True),
+    Column("meta", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    _now(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+    Index(None, "tenant_id", "organization_id", "created_at"),
+    Index(None, "parent_execution_id"),
+)
+
+catalog = Table(
+    "catalog",
+    metadata,
+    Column("catalog_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("organization_id", Text, nullable=False),
+    Column("path", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("content_sha256", Text, nullable=False),
+    Column("document", JSONB, nullable=False),
+    _now(),
+    UniqueConstraint("tenant_id", "organization_id", "path", "version"),
+    UniqueConstraint("tenant_id", "organization_id", "path", "content_sha256"),
+    CheckConstraint("kind IN ('Playbook', 'Subscription')", name="kind_known"),
+    CheckConstraint("version >= 1", name="version_positive"),
+    Index(None, "tenant_id", "organization_id", "kind"),
+)

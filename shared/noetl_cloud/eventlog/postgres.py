@@ -1,0 +1,185 @@
+"""PostgreSQL event store: the canonical, append-only log of Cloud SQL.
+
+An append is one transaction: bump the stream head with a compare-and-set (a stale expected
+version updates no row, which is a typed conflict, not an aborted transaction), insert the
+sealed events, insert their outbox rows. :meth:`PostgresEventStore.append_in` runs the same
+statements on a connection the caller holds, so a service can write its own rows (an
+execution, a command) in the very transaction that writes their events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Engine, select, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.exc import IntegrityError
+
+from noetl_cloud.db.schema import event as event_table
+from noetl_cloud.db.schema import outbox as outbox_table
+from noetl_cloud.envelope import EventEnvelope, PayloadRef, utc_now
+from noetl_cloud.eventlog.outbox import outbox_message
+from noetl_cloud.eventlog.port import (
+    DuplicateEventId,
+    DuplicateIdempotencyKey,
+    StreamVersionConflict,
+    check_batch,
+)
+
+_BUMP_ANY = text(
+    "INSERT INTO stream (stream_id, version) VALUES (:stream_id, :n) "
+    "ON CONFLICT (stream_id) DO UPDATE SET version = stream.version + :n, updated_at = now() "
+    "RETURNING version"
+)
+_CREATE = text(
+    "INSERT INTO stream (stream_id, version) VALUES (:stream_id, :n) "
+    "ON CONFLICT (stream_id) DO NOTHING RETURNING version"
+)
+_BUMP_EXPECTED = text(
+    "UPDATE stream SET version = version + :n, updated_at = now() "
+    "WHERE stream_id = :stream_id AND version = :expected RETURNING version"
+)
+_VERSION = text("SELECT version FROM stream WHERE stream_id = :stream_id")
+
+
+def _row(envelope: EventEnvelope) -> dict[str, Any]:
+    return {
+        "event_id": int(envelope.event_id),
+        "tenant_id": envelope.tenant_id,
+        "organization_id": envelope.organization_id,
+        "execution_id": int(envelope.execution_id) if envelope.execution_id else None,
+        "stream_id": envelope.stream_id,
+        "stream_version": envelope.stream_version,
+        "aggregate_id": envelope.aggregate_id,
+        "aggregate_type": envelope.aggregate_type,
+        "event_type": envelope.event_type,
+        "schema_name": envelope.schema_name,
+        "schema_version": envelope.schema_version,
+        "event_time": envelope.event_time,
+        "ingest_time": envelope.ingest_time,
+        "producer": envelope.producer,
+        "causation_id": envelope.causation_id,
+        "correlation_id": envelope.correlation_id,
+        "idempotency_key": envelope.idempotency_key,
+        "payload": envelope.payload,
+        "payload_ref": envelope.payload_ref.model_dump(mode="json") if envelope.payload_ref else None,
+        "meta": envelope.meta,
+        "envelope_checksum": envelope.envelope_checksum,
+    }
+
+
+def envelope_from_row(row: Any) -> EventEnvelope:
+    m = row._mapping
+    return EventEnvelope(
+        event_id=str(m["event_id"]),
+        tenant_id=m["tenant_id"],
+        organization_id=m["organization_id"],
+        execution_id=None if m["execution_id"] is None else str(m["execution_id"]),
+        stream_id=m["stream_id"],
+        stream_version=m["stream_version"],
+        aggregate_id=m["aggregate_id"],
+        aggregate_type=m["aggregate_type"],
+        event_type=m["event_type"],
+        schema_name=m["schema_name"],
+        schema_version=m["schema_version"],
+        event_time=m["event_time"],
+        ingest_time=m["ingest_time"],
+        producer=m["producer"],
+        causation_id=m["causation_id"],
+        correlation_id=m["correlation_id"],
+        idempotency_key=m["idempotency_key"],
+        payload=m["payload"],
+        payload_ref=PayloadRef(**m["payload_ref"]) if m["payload_ref"] else None,
+        meta=m["meta"],
+        envelope_checksum=m["envelope_checksum"],
+    )
+
+
+_COLUMNS = [c for c in event_table.c if c.name != "position"]
+
+
+class PostgresEventStore:
+    def __init__(self, engine: Engine, *, events_topic: str = "noetl-events") -> None:
+        self.engine = engine
+        self.events_topic = events_topic
+
+    def append(
+        self, stream_id: str, events: Sequence[EventEnvelope], expected_version: int | None = None
+    ) -> list[EventEnvelope]:
+        with self.engine.begin() as conn:
+            return self.append_in(conn, stream_id, events, expected_version)
+
+    def append_in(
+        self,
+        conn: Connection,
+        stream_id: str,
+        events: Sequence[EventEnvelope],
+        expected_version: int | None = None,
+    ) -> list[EventEnvelope]:
+        """Append inside the caller's transaction; an error leaves it to be rolled back."""
+        check_batch(stream_id, events)
+        n = len(events)
+        params = {"stream_id": stream_id, "n": n, "expected": expected_version}
+        if expected_version is None:
+            version = conn.execute(_BUMP_ANY, params).scalar_one()
+        else:
+            statement = _CREATE if expected_version == 0 else _BUMP_EXPECTED
+            version = conn.execute(statement, params).scalar()
+            if version is None:
+                actual = conn.execute(_VERSION, params).scalar() or 0
+                raise StreamVersionConflict(stream_id, expected_version, actual)
+        first = version - n + 1
+        now = utc_now()
+        sealed = [e.sealed(stream_version=first + i, ingest_time=now) for i, e in enumerate(events)]
+        insert = (
+            pg_insert(event_table)
+            .values([_row(e) for e in sealed])
+            .on_conflict_do_nothing(index_elements=["idempotency_key"])
+            .returning(event_table.c.event_id)
+        )
+        try:
+            inserted = conn.execute(insert).scalars().all()
+        except IntegrityError as exc:
+            if "pk_event" in str(exc.orig):
+                raise DuplicateEventId("an event id in this batch is already stored") from None
+            raise
+        if len(inserted) != n:
+            keys = [e.idempotency_key for e in sealed if e.idempotency_key is not None]
+            raise DuplicateIdempotencyKey(self._used_keys(conn, keys, set(inserted)))
+        conn.execute(pg_insert(outbox_table).values([outbox_message(e, self.events_topic) for e in sealed]))
+        return sealed
+
+    @staticmethod
+    def _used_keys(conn: Connection, keys: list[str], inserted: set[int]) -> list[str]:
+        rows = conn.execute(
+            select(event_table.c.idempotency_key, event_table.c.event_id).where(
+                event_table.c.idempotency_key.in_(keys)
+            )
+        ).all()
+        used = [key for key, event_id in rows if event_id not in inserted]
+        return used or keys
+
+    def stream_version(self, stream_id: str) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(_VERSION, {"stream_id": stream_id}).scalar() or 0)
+
+    def read_stream(self, stream_id: str, from_version: int = 1) -> list[EventEnvelope]:
+        query = (
+            select(*_COLUMNS)
+            .where(event_table.c.stream_id == stream_id, event_table.c.stream_version >= from_version)
+            .order_by(event_table.c.stream_version)
+        )
+        with self.engine.connect() as conn:
+            return [envelope_from_row(r) for r in conn.execute(query)]
+
+    def read_execution(
+        self, execution_id: str, *, tenant_id: str | None = None, organization_id: str | None = None
+    ) -> list[EventEnvelope]:
+        query = select(*_COLUMNS).where(event_table.c.execution_id == int(execution_id))
+        if tenant_id is not None:
+            query = query.where(event_table.c.tenant_id == tenant_id)
+        if organization_id is not None:
+            query = query.where(event_table.c.organization_id == organization_id)
+        with self.engine.connect() as conn:
+            return [envelope_from_row(r) for r in conn.execute(query.order_by(event_table.c.position))]

@@ -1,0 +1,1 @@
+"""The local stack launcher: PostgreSQL and the emulators as plain processes."""

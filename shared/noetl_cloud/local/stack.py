@@ -1,0 +1,207 @@
+"""The local stack: ``noetl-cloud local up | down | status | env``.
+
+State lives in one folder (default ``local/.state`` of the repository, git-ignored;
+``NOETL_LOCAL_STATE_DIR`` moves it): ``stack.json`` records what this launcher started (pid,
+port, start-up time), ``env`` holds the connection environment, ``logs/`` each component's log.
+
+``up`` is idempotent: a component whose recorded process still runs and answers is reused; a
+port that answers but was not started by this state folder is an error, never silently shared.
+``down`` stops only the processes recorded in ``stack.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from noetl_cloud.local import components, process
+from noetl_cloud.local.components import PROJECT_ID, Component, Ports, StackError
+
+DEFAULT_PORT_BASE = 15430
+ORDER = ("postgres", "pubsub", "firestore", "gcs", "s3")
+START_TIMEOUT_S = 90.0
+
+
+def default_state_dir(env: Mapping[str, str]) -> Path:
+    if env.get("NOETL_LOCAL_STATE_DIR"):
+        return Path(env["NOETL_LOCAL_STATE_DIR"]).absolute()
+    return Path.cwd() / "local" / ".state"
+
+
+@dataclass
+class ComponentStatus:
+    name: str
+    port: int
+    pid: int | None
+    running: bool
+    healthy: bool
+    startup_seconds: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+class LocalStack:
+    def __init__(self, state_dir: Path, port_base: int = DEFAULT_PORT_BASE) -> None:
+        self.state_dir = state_dir
+        self.ports = Ports.from_base(port_base)
+        self.port_base = port_base
+        self.state_file = state_dir / "stack.json"
+        self.env_file = state_dir / "env"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> LocalStack:
+        base = int(env.get("NOETL_LOCAL_PORT_BASE") or DEFAULT_PORT_BASE)
+        return cls(default_state_dir(env), base)
+
+    # -- components ---------------------------------------------------------------------------
+
+    def components(self) -> dict[str, Component]:
+        factories: dict[str, Callable[[], Component]] = {
+            "postgres": lambda: components.Postgres(self.state_dir, self.ports.postgres).component(),
+            "pubsub": lambda: components.pubsub(self.state_dir, self.ports.pubsub),
+            "firestore": lambda: components.firestore(self.state_dir, self.ports.firestore),
+            "gcs": lambda: components.gcs(self.state_dir, self.ports.gcs),
+            "s3": lambda: components.s3(self.state_dir, self.ports.s3),
+        }
+        return {name: factories[name]() for name in ORDER}
+
+    # -- state file ---------------------------------------------------------------------------
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return {"components": {}}
+        return data if isinstance(data, dict) else {"components": {}}
+
+    def _save(self, state: dict[str, Any]) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+        tmp.replace(self.state_file)
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def up(self, echo: Callable[[str], None] = print) -> dict[str, str]:
+        """Start what is not running, wait until each answers, migrate; the connection env."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / ".gitignore").write_text("*\n")
+        state = self._load()
+        recorded: dict[str, Any] = state.setdefault("components", {})
+        comps = self.components()
+        total = time.monotonic()
+        for name in ORDER:
+            comp = comps[name]
+            entry = recorded.get(name, {})
+            if process.alive(entry.get("pid"), comp.marker) and comp.healthy():
+                echo(f"{name:<10} reused     port {comp.port}  (pid {entry['pid']})")
+                continue
+            if process.port_open(comp.port):
+                raise StackError(
+                    f"{name}: port {comp.port} is already in use by a process this state folder "
+                    f"({self.state_dir}) did not start; stop it or set NOETL_LOCAL_PORT_BASE"
+                )
+            started = time.monotonic()
+            pid = comp.start()
+            if not process.wait_until(comp.healthy, timeout=START_TIMEOUT_S):
+                log = self.state_dir / "logs" / f"{name}.log"
+                comp.stop(pid)
+                raise StackError(f"{name} did not answer within {START_TIMEOUT_S:.0f} s; last log lines:\n{process.tail(log)}")
+            seconds = round(time.monotonic() - started, 2)
+            recorded[name] = {"pid": pid, "port": comp.port, "startup_seconds": seconds, "started_at": time.time()}
+            self._save(state)
+            echo(f"{name:<10} started in {seconds:5.2f} s  port {comp.port}  (pid {pid})")
+        env = self._env(comps)
+        self._write_env(env)
+        migrated = time.monotonic()
+        self._migrate(env)
+        echo(f"{'migrations':<10} applied in {time.monotonic() - migrated:5.2f} s")
+        echo(f"stack up in {time.monotonic() - total:.2f} s; environment: {self.env_file}")
+        return env
+
+    def down(self, echo: Callable[[str], None] = print) -> None:
+        state = self._load()
+        recorded: dict[str, Any] = state.get("components", {})
+        if not recorded:
+            echo("nothing to stop")
+            return
+        comps = self.components()
+        for name in reversed(ORDER):
+            entry = recorded.get(name)
+            if entry is None:
+                continue
+            comp = comps[name]
+            if process.alive(entry.get("pid"), comp.marker):
+                comp.stop(int(entry["pid"]))
+                echo(f"{name:<10} stopped")
+            else:
+                echo(f"{name:<10} was not running")
+            del recorded[name]
+            self._save(state)
+
+    def status(self) -> list[ComponentStatus]:
+        recorded = self._load().get("components", {})
+        out = []
+        for name, comp in self.components().items():
+            entry = recorded.get(name, {})
+            running = process.alive(entry.get("pid"), comp.marker)
+            out.append(
+                ComponentStatus(
+                    name=name,
+                    port=comp.port,
+                    pid=entry.get("pid") if running else None,
+                    running=running,
+                    healthy=running and comp.healthy(),
+                    startup_seconds=entry.get("startup_seconds"),
+                )
+            )
+        return out
+
+    def env(self) -> dict[str, str]:
+        """The connection environment written by the last ``up``."""
+        try:
+            lines = self.env_file.read_text().splitlines()
+        except OSError:
+            raise StackError(f"the local stack is not up (no {self.env_file}): run `noetl-cloud local up`") from None
+        return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _env(self, comps: dict[str, Component]) -> dict[str, str]:
+        env = {
+            "NOETL_ENVIRONMENT": "local",
+            "NOETL_PROJECT_ID": PROJECT_ID,
+            "GOOGLE_CLOUD_PROJECT": PROJECT_ID,
+        }
+        for comp in comps.values():
+            env.update(comp.env)
+        return env
+
+    def _write_env(self, env: dict[str, str]) -> None:
+        body = "# written by `noetl-cloud local up`\n" + "".join(f"{k}={v}\n" for k, v in sorted(env.items()))
+        self.env_file.write_text(body)
+
+    @staticmethod
+    def _migrate(env: dict[str, str]) -> None:
+        from noetl_cloud.db.engine import create_db_engine
+        from noetl_cloud.db.migrate import upgrade
+        from noetl_cloud.settings import Settings
+
+        engine = create_db_engine(Settings(database_url=env["NOETL_DATABASE_URL"]), pool_size=1)
+        try:
+            upgrade(engine)
+        finally:
+            engine.dispose()
+
+
+def export_lines(env: Mapping[str, str]) -> str:
+    """``export K='V'`` lines for ``eval "$(noetl-cloud local env)"``."""
+    return "".join(f"export {k}='{v}'\n" for k, v in sorted(env.items()))
+
+
+__all__ = ["LocalStack", "StackError", "export_lines"]

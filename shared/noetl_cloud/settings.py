@@ -1,0 +1,165 @@
+"""One typed model of all configuration, built from an explicit environment mapping.
+
+Every field is read from ``NOETL_<FIELD>`` unless it names another variable (the Google Cloud
+emulator hosts keep their standard names). Nothing here reads ``os.environ`` by itself: the
+caller passes the mapping, so tests pass ``env=`` and production passes ``os.environ`` once, at
+start. A bad or missing variable fails with a :class:`~noetl_cloud.errors.ConfigError` that names
+the variable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
+
+from noetl_cloud.errors import ConfigError
+
+PREFIX = "NOETL_"
+
+_POOL_NAME = r"^[a-z][a-z0-9-]{0,30}$"
+
+
+def _env(name: str) -> dict[str, Any]:
+    """Mark a field as read from a variable that does not follow the ``NOETL_`` convention."""
+    return {"env": name}
+
+
+class Settings(BaseModel):
+    """Configuration of every role. Fields a role does not use may stay unset."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    environment: Literal["local", "test", "gcp"] = "local"
+    role: str = "cli"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    # Identity and isolation boundary of everything this deployment writes.
+    tenant_id: str = Field(default="default", min_length=1, max_length=128)
+    organization_id: str = Field(default="default", min_length=1, max_length=128)
+    node_id: Annotated[int, Field(ge=0, le=1023)] | None = None
+
+    # Google Cloud.
+    project_id: str | None = None
+    region: str | None = None
+
+    # Database: a plain DSN locally, the Cloud SQL connector when an instance is named.
+    database_url: str | None = None
+    cloudsql_instance: str | None = None
+    db_user: str | None = None
+    db_password: SecretStr | None = None
+    db_name: str = "noetl"
+    db_iam_auth: bool = False
+    cloudsql_ip_type: Literal["private", "public", "psc"] = "private"
+    db_pool_size: Annotated[int, Field(ge=1, le=50)] = 5
+    db_max_overflow: Annotated[int, Field(ge=0, le=50)] = 2
+    db_pool_timeout_s: Annotated[float, Field(gt=0, le=120)] = 10.0
+
+    # Messaging.
+    pools: tuple[str, ...] = ("shared",)
+    events_topic: str = "noetl-events"
+    command_topic_prefix: str = "noetl-commands-"
+
+    # Web.
+    max_request_bytes: Annotated[int, Field(ge=1024, le=32 * 1024 * 1024)] = 1024 * 1024
+    internal_api_token: SecretStr | None = None
+
+    # Emulators (standard variable names of the Google Cloud clients).
+    pubsub_emulator_host: str | None = Field(default=None, json_schema_extra=_env("PUBSUB_EMULATOR_HOST"))
+    firestore_emulator_host: str | None = Field(
+        default=None, json_schema_extra=_env("FIRESTORE_EMULATOR_HOST")
+    )
+    storage_emulator_host: str | None = Field(
+        default=None, json_schema_extra=_env("STORAGE_EMULATOR_HOST")
+    )
+    s3_endpoint_url: str | None = None
+
+    @field_validator("pools", mode="before")
+    @classmethod
+    def _split_pools(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = tuple(p.strip() for p in value.split(",") if p.strip())
+        return value
+
+    @field_validator("pools")
+    @classmethod
+    def _check_pools(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("at least one pool is required")
+        for pool in value:
+            if not re.match(_POOL_NAME, pool):
+                raise ValueError(f"pool name {pool!r} must match {_POOL_NAME}")
+        if len(set(value)) != len(value):
+            raise ValueError("pool names must be unique")
+        return value
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def env_name(cls, field: str) -> str:
+        """The environment variable a field is read from."""
+        extra = cls.model_fields[field].json_schema_extra
+        if isinstance(extra, dict) and isinstance(extra.get("env"), str):
+            return str(extra["env"])
+        return PREFIX + field.upper()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Settings:
+        """Build settings from ``env``; unknown ``NOETL_`` variables are errors (typos fail fast)."""
+        known = {cls.env_name(name): name for name in cls.model_fields}
+        values: dict[str, Any] = {}
+        for key, raw in env.items():
+            if key in known:
+                if raw == "":
+                    continue
+                values[known[key]] = raw
+            elif key.startswith(PREFIX) and not key.startswith(_TOOL_PREFIXES):
+                raise ConfigError(
+                    f"{key} is not a NoETL Cloud setting",
+                    code="config_unknown_variable",
+                    details={"variable": key},
+                )
+        values.update(overrides)
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise _config_error(cls, exc) from None
+
+    # -- requirements of a role ---------------------------------------------------------------
+
+    def require(self, *fields: str) -> None:
+        """Fail with a message naming each variable a role needs and does not have."""
+        missing = [self.env_name(f) for f in fields if getattr(self, f) in (None, "")]
+        if missing:
+            raise ConfigError(
+                f"missing required setting(s): {', '.join(missing)}",
+                code="config_missing",
+                details={"variables": missing},
+            )
+
+    def command_topic(self, pool: str) -> str:
+        return f"{self.command_topic_prefix}{pool}"
+
+
+# Prefixed variables that configure tools around the roles (the local stack launcher, the test
+# suite), not the roles themselves.
+_TOOL_PREFIXES = ("NOETL_LOCAL_", "NOETL_TEST_")
+
+
+def _config_error(cls: type[Settings], exc: ValidationError) -> ConfigError:
+    problems = []
+    for err in exc.errors():
+        field = str(err["loc"][0]) if err["loc"] else ""
+        variable = cls.env_name(field) if field in cls.model_fields else field
+        problems.append({"variable": variable, "problem": err["msg"]})
+    text = "; ".join(f"{p['variable']}: {p['problem']}" for p in problems)
+    return ConfigError(f"invalid configuration: {text}", code="config_invalid", details=problems)

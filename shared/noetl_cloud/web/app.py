@@ -1,0 +1,96 @@
+"""App factory: one Flask app per role with the common request pipeline.
+
+Every app gets: the JSON error model, a request-size limit checked from ``Content-Length``
+before the body is read (``413 payload_too_large``), a request id (``X-Request-Id``, echoed
+back), the W3C trace context of the request (``traceparent``/``tracestate``/``baggage``, or
+Cloud Run's ``X-Cloud-Trace-Context``) in context variables for logs and downstream calls, and
+``GET /healthz``.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Any, TypeVar
+
+from flask import Flask, Response, g, request
+from pydantic import BaseModel, ValidationError
+
+from noetl_cloud.errors import BadRequest, PayloadTooLarge
+from noetl_cloud.observability import (
+    TraceContext,
+    current_request_id,
+    current_trace,
+)
+from noetl_cloud.settings import Settings
+from noetl_cloud.web.errors import register_error_handlers, validation_failed
+
+M = TypeVar("M", bound=BaseModel)
+
+_CLOUD_TRACE = re.compile(r"^([0-9a-fA-F]{32})/(\d+)")
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def trace_from_headers(headers: Any) -> TraceContext | None:
+    """The caller's trace: W3C headers first, then Cloud Run's ``X-Cloud-Trace-Context``."""
+    trace = TraceContext.parse(headers.get("traceparent"), headers.get("tracestate"), headers.get("baggage"))
+    if trace is not None:
+        return trace
+    match = _CLOUD_TRACE.match(headers.get("X-Cloud-Trace-Context", ""))
+    if match and match.group(1) != "0" * 32:
+        span = int(match.group(2)) & ((1 << 64) - 1)
+        if span:
+            return TraceContext(match.group(1).lower(), f"{span:016x}")
+    return None
+
+
+def create_app(role: str, settings: Settings) -> Flask:
+    app = Flask(f"noetl_cloud.{role}")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
+    app.config["NOETL_SETTINGS"] = settings
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    register_error_handlers(app)
+
+    @app.before_request
+    def _begin() -> None:
+        length = request.content_length
+        if length is not None and length > settings.max_request_bytes:
+            raise PayloadTooLarge(
+                f"request body of {length} bytes exceeds the limit of {settings.max_request_bytes}",
+                details={"limit_bytes": settings.max_request_bytes},
+            )
+        supplied = request.headers.get("X-Request-Id", "")
+        request_id = supplied if _REQUEST_ID.match(supplied) else secrets.token_hex(8)
+        g.request_id = request_id
+        g.trace = trace_from_headers(request.headers)
+        g._tokens = (current_request_id.set(request_id), current_trace.set(g.trace))
+
+    @app.after_request
+    def _end(response: Response) -> Response:
+        response.headers["X-Request-Id"] = g.get("request_id", "")
+        return response
+
+    @app.teardown_request
+    def _reset(_exc: BaseException | None) -> None:
+        tokens = g.pop("_tokens", None)
+        if tokens is not None:
+            current_request_id.reset(tokens[0])
+            current_trace.reset(tokens[1])
+
+    @app.get("/healthz")
+    def _healthz() -> dict[str, str]:
+        return {"status": "ok", "role": role}
+
+    return app
+
+
+def json_body(model: type[M]) -> M:
+    """The request's JSON body validated as ``model``: 400 when it is not a JSON object, 422
+    with the failing field paths when it does not validate."""
+    data = request.get_json(silent=True, force=True)
+    if not isinstance(data, dict):
+        raise BadRequest("request body must be a JSON object", code="invalid_json")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_failed(exc) from None

@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import Engine, func, select, text
+
+from noetl_cloud.db.schema import event, outbox
+from noetl_cloud.eventlog import DuplicateEventId, DuplicateIdempotencyKey
+from noetl_cloud.eventlog.postgres import PostgresEventStore
+from tests.contracts.eventlog import EventStoreContract, make_event, new_stream
+
+
+class TestPostgresEventStore(EventStoreContract):
+    @pytest.fixture
+    def store(self, db_engine: Engine) -> PostgresEventStore:
+        return PostgresEventStore(db_engine)
+
+    @pytest.fixture
+    def concurrent_store(self, db_engine: Engine) -> PostgresEventStore:
+        return PostgresEventStore(db_engine)
+
+
+def _outbox_event_ids(engine: Engine) -> list[int]:
+    with engine.connect() as conn:
+        return list(conn.execute(select(outbox.c.event_id).order_by(outbox.c.outbox_id)).scalars())
+
+
+def test_every_committed_event_has_its_outbox_row(db_engine: Engine) -> None:
+    store = PostgresEventStore(db_engine, events_topic="noetl-events")
+    stream = new_stream()
+    sealed = store.append(stream, [make_event(stream) for _ in range(3)])
+    with db_engine.connect() as conn:
+        rows = conn.execute(select(outbox).order_by(outbox.c.outbox_id)).mappings().all()
+    assert [r["event_id"] for r in rows] == [int(e.event_id) for e in sealed]
+    assert {r["topic"] for r in rows} == {"noetl-events"}
+    assert all(r["status"] == "pending" and r["ordering_key"] == sealed[0].execution_id for r in rows)
+    assert rows[0]["attributes"] == {"event_type": "step.done", "tenant_id": "t1", "organization_id": "o1"}
+
+
+def test_rolled_back_transaction_leaves_no_event_no_outbox_row_no_stream_bump(db_engine: Engine) -> None:
+    store = PostgresEventStore(db_engine)
+    stream = new_stream()
+
+    class Crash(Exception):
+        pass
+
+    with pytest.raises(Crash), db_engine.begin() as conn:
+        store.append_in(conn, stream, [make_event(stream), make_event(stream)])
+        assert conn.execute(select(func.count()).select_from(event)).scalar_one() == 2
+        raise Crash  # a crash between the inserts and the commit
+    assert _outbox_event_ids(db_engine) == []
+    with db_engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(event)).scalar_one() == 0
+    assert store.stream_version(stream) == 0
+
+
+def test_append_in_shares_the_callers_transaction(db_engine: Engine) -> None:
+    store = PostgresEventStore(db_engine)
+    stream = new_stream()
+    with db_engine.begin() as conn:
+        conn.execute(text("CREATE TABLE side_effect (id int)"))
+        conn.execute(text("INSERT INTO side_effect VALUES (1)"))
+        store.append_in(conn, stream, [make_event(stream)])
+    with db_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM side_effect")).scalar_one() == 1
+    assert len(store.read_stream(stream)) == 1 and len(_outbox_event_ids(db_engine)) == 1
+
+
+def test_duplicate_key_inside_a_callers_transaction_raises_and_the_caller_rolls_back(db_engine: Engine) -> None:
+    store = PostgresEventStore(db_engine)
+    stream = new_stream()
+    store.append(stream, [make_event(stream, idempotency_key="once")])
+    with pytest.raises(DuplicateIdempotencyKey), db_engine.begin() as conn:
+        store.append_in(conn, stream, [make_event(stream), make_event(stream, idempotency_key="once")])
+    assert store.stream_version(stream) == 1
+    assert len(_outbox_event_ids(db_engine)) == 1
+
+
+def test_reused_event_id_is_a_typed_error(db_engine: Engine) -> None:
+    store = PostgresEventStore(db_engine)
+    stream = new_stream()
+    first = make_event(stream)
+    store.append(stream, [first])
+    with pytest.raises(DuplicateEventId):
+        store.append(stream, [first.model_copy(update={"idempotency_key": None})])
+    assert store.stream_version(stream) == 1
+
+
+def test_stored_envelope_round_trips_byte_for_byte(db_engine: Engine) -> None:
+    store = PostgresEventStore(db_engine)
+    stream = new_stream()
+    sealed = store.append(
+        stream,
+        [make_event(stream, payload={"ünï": "cödé", "n": [1, 2.5, None, True]}, meta={"pool": "shared"},
+                    idempotency_key=f"{stream}/x")],
+    )
+    (read,) = store.read_stream(stream)
+    assert read.to_json() == sealed[0].to_json()
+    assert read.verify_checksum()
