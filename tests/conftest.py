@@ -53,7 +53,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         where = ""
         if tier != "unit" and stack:
             where = f"  (against the real stack: {stack})"
-        terminalreporter.write_line(f"{tier}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped{where}")
+        terminalreporter.write_line(
+            f"{tier}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped{where}"
+        )
 
 
 _STACK_KEY = pytest.StashKey[str]()
@@ -67,8 +69,9 @@ def local_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     """The connection environment of a running local stack (started here if needed)."""
     from noetl_cloud.local.stack import LocalStack
 
-    stack = LocalStack.from_env({**os.environ, "NOETL_LOCAL_STATE_DIR": os.environ.get(
-        "NOETL_LOCAL_STATE_DIR", str(ROOT / "local" / ".state"))})
+    stack = LocalStack.from_env(
+        {**os.environ, "NOETL_LOCAL_STATE_DIR": os.environ.get("NOETL_LOCAL_STATE_DIR", str(ROOT / "local" / ".state"))}
+    )
     already = all(s.healthy for s in stack.status())
     env = stack.up(echo=lambda _line: None)
     request.config.stash[_STACK_KEY] = (
@@ -78,8 +81,14 @@ def local_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     )
     with pytest.MonkeyPatch.context() as mp:
         # The official Google clients find their emulators through these variables.
-        for key in ("PUBSUB_EMULATOR_HOST", "FIRESTORE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST",
-                    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        for key in (
+            "PUBSUB_EMULATOR_HOST",
+            "FIRESTORE_EMULATOR_HOST",
+            "STORAGE_EMULATOR_HOST",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_DEFAULT_REGION",
+        ):
             mp.setenv(key, env[key])
         yield env
     if not already and not os.environ.get("NOETL_LOCAL_KEEP"):

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from noetl_cloud.errors import NoetlError
+from noetl_cloud.errors import BadRequest, NoetlError
 
 
 def _local(args: argparse.Namespace) -> int:
@@ -22,7 +22,7 @@ def _local(args: argparse.Namespace) -> int:
     if args.action == "up":
         stack.up()
     elif args.action == "down":
-        stack.down()
+        stack.down(purge=args.purge)
     elif args.action == "env":
         sys.stdout.write(export_lines(stack.env()))
     elif args.action == "status":
@@ -44,6 +44,8 @@ def _db(args: argparse.Namespace) -> int:
     from noetl_cloud.db.engine import create_db_engine
     from noetl_cloud.settings import Settings
 
+    if args.action == "downgrade" and args.revision == "head":
+        raise BadRequest("downgrade needs a target revision: base, or a revision id such as 0001", code="usage")
     settings = Settings.from_env(os.environ)
     engine = create_db_engine(settings, pool_size=1, max_overflow=0)
     try:
@@ -64,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     local = sub.add_parser("local", help="the local stack: PostgreSQL and the emulators as processes")
     local.add_argument("action", choices=["up", "down", "status", "env"])
     local.add_argument("--json", action="store_true", help="status as JSON")
+    local.add_argument("--purge", action="store_true", help="down: also delete the state folder and its data")
     local.set_defaults(handler=_local)
 
     db = sub.add_parser("db", help="database migrations (reads NOETL_DATABASE_URL or NOETL_CLOUDSQL_INSTANCE)")

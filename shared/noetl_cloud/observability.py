@@ -73,15 +73,9 @@ class TraceContext:
         return out
 
 
-current_trace: contextvars.ContextVar[TraceContext | None] = contextvars.ContextVar(
-    "noetl_trace", default=None
-)
-current_execution_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "noetl_execution_id", default=None
-)
-current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "noetl_request_id", default=None
-)
+current_trace: contextvars.ContextVar[TraceContext | None] = contextvars.ContextVar("noetl_trace", default=None)
+current_execution_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("noetl_execution_id", default=None)
+current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("noetl_request_id", default=None)
 
 
 @contextmanager

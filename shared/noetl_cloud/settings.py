@@ -75,12 +75,8 @@ class Settings(BaseModel):
 
     # Emulators (standard variable names of the Google Cloud clients).
     pubsub_emulator_host: str | None = Field(default=None, json_schema_extra=_env("PUBSUB_EMULATOR_HOST"))
-    firestore_emulator_host: str | None = Field(
-        default=None, json_schema_extra=_env("FIRESTORE_EMULATOR_HOST")
-    )
-    storage_emulator_host: str | None = Field(
-        default=None, json_schema_extra=_env("STORAGE_EMULATOR_HOST")
-    )
+    firestore_emulator_host: str | None = Field(default=None, json_schema_extra=_env("FIRESTORE_EMULATOR_HOST"))
+    storage_emulator_host: str | None = Field(default=None, json_schema_extra=_env("STORAGE_EMULATOR_HOST"))
     s3_endpoint_url: str | None = None
 
     @field_validator("pools", mode="before")

@@ -66,7 +66,10 @@ class EventStoreContract:
         with pytest.raises(DuplicateIdempotencyKey) as info:
             store.append(
                 stream,
-                [make_event(stream, idempotency_key=f"{stream}/k2"), make_event(stream, idempotency_key=f"{stream}/k1")],
+                [
+                    make_event(stream, idempotency_key=f"{stream}/k2"),
+                    make_event(stream, idempotency_key=f"{stream}/k1"),
+                ],
             )
         assert info.value.keys == [f"{stream}/k1"]
         assert store.stream_version(stream) == 1
@@ -121,7 +124,9 @@ class EventStoreContract:
                     while True:
                         version = store.stream_version(stream)
                         try:
-                            store.append(stream, [make_event(stream, payload={"w": writer, "i": i})], expected_version=version)
+                            store.append(
+                                stream, [make_event(stream, payload={"w": writer, "i": i})], expected_version=version
+                            )
                             break
                         except StreamVersionConflict:
                             continue
@@ -138,4 +143,6 @@ class EventStoreContract:
         assert all(c.stream_id == stream for c in conflicts)
         events = store.read_stream(stream)
         assert [e.stream_version for e in events] == list(range(1, rounds + writers * 5 + 1))
-        assert all(sum(1 for e in events if e.payload == {"w": w, "i": i}) == 1 for w in range(writers) for i in range(5))
+        assert all(
+            sum(1 for e in events if e.payload == {"w": w, "i": i}) == 1 for w in range(writers) for i in range(5)
+        )

@@ -90,8 +90,14 @@ def test_stored_envelope_round_trips_byte_for_byte(db_engine: Engine) -> None:
     stream = new_stream()
     sealed = store.append(
         stream,
-        [make_event(stream, payload={"ünï": "cödé", "n": [1, 2.5, None, True]}, meta={"pool": "shared"},
-                    idempotency_key=f"{stream}/x")],
+        [
+            make_event(
+                stream,
+                payload={"ünï": "cödé", "n": [1, 2.5, None, True]},
+                meta={"pool": "shared"},
+                idempotency_key=f"{stream}/x",
+            )
+        ],
     )
     (read,) = store.read_stream(stream)
     assert read.to_json() == sealed[0].to_json()

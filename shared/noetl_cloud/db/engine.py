@@ -33,7 +33,8 @@ def normalize_url(url: str) -> str:
     parsed = make_url(url)
     if parsed.get_backend_name() != "postgresql":
         raise ConfigError(
-            "NOETL_DATABASE_URL must be a PostgreSQL URL", code="config_invalid",
+            "NOETL_DATABASE_URL must be a PostgreSQL URL",
+            code="config_invalid",
             details={"variable": "NOETL_DATABASE_URL"},
         )
     return parsed.set(drivername="postgresql+pg8000").render_as_string(hide_password=False)
@@ -69,10 +70,11 @@ def _cloudsql_engine(settings: Settings, options: dict[str, Any]) -> Engine:
     connector = Connector(refresh_strategy="lazy")
     ip_type = IPTypes[settings.cloudsql_ip_type.upper()]
     password = settings.db_password.get_secret_value() if settings.db_password else None
+    instance = str(settings.cloudsql_instance)
 
     def connect() -> Any:
         return connector.connect(
-            settings.cloudsql_instance,
+            instance,
             "pg8000",
             user=settings.db_user,
             password=password,

@@ -153,9 +153,7 @@ class PostgresEventStore:
     @staticmethod
     def _used_keys(conn: Connection, keys: list[str], inserted: set[int]) -> list[str]:
         rows = conn.execute(
-            select(event_table.c.idempotency_key, event_table.c.event_id).where(
-                event_table.c.idempotency_key.in_(keys)
-            )
+            select(event_table.c.idempotency_key, event_table.c.event_id).where(event_table.c.idempotency_key.in_(keys))
         ).all()
         used = [key for key, event_id in rows if event_id not in inserted]
         return used or keys

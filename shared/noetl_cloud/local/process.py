@@ -50,9 +50,7 @@ def _proc_state(pid: int) -> str:
     return stat.rsplit(")", 1)[-1].split()[0]
 
 
-def spawn(
-    argv: Sequence[str], *, log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> int:
+def spawn(argv: Sequence[str], *, log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> int:
     """Start ``argv`` detached in its own session, output appended to ``log_path``; its pid."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
@@ -117,7 +115,7 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 def http_ok(url: str, timeout: float = 2.0) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback only
-            return 200 <= response.status < 300
+            return bool(200 <= response.status < 300)
     except (urllib.error.URLError, OSError, ValueError):
         return False
 

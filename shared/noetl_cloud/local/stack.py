@@ -12,6 +12,7 @@ port that answers but was not started by this state folder is an error, never si
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -109,9 +110,11 @@ class LocalStack:
             started = time.monotonic()
             pid = comp.start()
             if not process.wait_until(comp.healthy, timeout=START_TIMEOUT_S):
-                log = self.state_dir / "logs" / f"{name}.log"
+                log = comp.log_path
                 comp.stop(pid)
-                raise StackError(f"{name} did not answer within {START_TIMEOUT_S:.0f} s; last log lines:\n{process.tail(log)}")
+                raise StackError(
+                    f"{name} did not answer within {START_TIMEOUT_S:.0f} s; last log lines:\n{process.tail(log)}"
+                )
             seconds = round(time.monotonic() - started, 2)
             recorded[name] = {"pid": pid, "port": comp.port, "startup_seconds": seconds, "started_at": time.time()}
             self._save(state)
@@ -124,12 +127,12 @@ class LocalStack:
         echo(f"stack up in {time.monotonic() - total:.2f} s; environment: {self.env_file}")
         return env
 
-    def down(self, echo: Callable[[str], None] = print) -> None:
+    def down(self, echo: Callable[[str], None] = print, *, purge: bool = False) -> None:
+        """Stop what this state folder started; with ``purge`` also delete its data."""
         state = self._load()
         recorded: dict[str, Any] = state.get("components", {})
         if not recorded:
             echo("nothing to stop")
-            return
         comps = self.components()
         for name in reversed(ORDER):
             entry = recorded.get(name)
@@ -143,6 +146,11 @@ class LocalStack:
                 echo(f"{name:<10} was not running")
             del recorded[name]
             self._save(state)
+        if purge:
+            data_dir = components.Postgres(self.state_dir, self.ports.postgres).data_dir
+            shutil.rmtree(data_dir.parent, ignore_errors=True)
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            echo(f"removed {self.state_dir}")
 
     def status(self) -> list[ComponentStatus]:
         recorded = self._load().get("components", {})

@@ -83,9 +83,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("outbox_id", name="pk_outbox"),
         sa.ForeignKeyConstraint(["event_id"], ["event.event_id"], name="fk_outbox_event_id_event"),
         sa.UniqueConstraint("event_id", "topic", name="uq_outbox_event_id_topic"),
-        sa.CheckConstraint(
-            "status IN ('pending', 'in_flight', 'published', 'failed')", name="ck_outbox_status_known"
-        ),
+        sa.CheckConstraint("status IN ('pending', 'in_flight', 'published', 'failed')", name="ck_outbox_status_known"),
     )
     op.create_index(
         "ix_outbox_claimable",
@@ -108,19 +106,23 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=NOW),
         sa.PrimaryKeyConstraint("catalog_id", name="pk_catalog"),
         sa.UniqueConstraint(
-            "tenant_id", "organization_id", "path", "version",
+            "tenant_id",
+            "organization_id",
+            "path",
+            "version",
             name="uq_catalog_tenant_id_organization_id_path_version",
         ),
         sa.UniqueConstraint(
-            "tenant_id", "organization_id", "path", "content_sha256",
+            "tenant_id",
+            "organization_id",
+            "path",
+            "content_sha256",
             name="uq_catalog_tenant_id_organization_id_path_content_sha256",
         ),
         sa.CheckConstraint("kind IN ('Playbook', 'Subscription')", name="ck_catalog_kind_known"),
         sa.CheckConstraint("version >= 1", name="ck_catalog_version_positive"),
     )
-    op.create_index(
-        "ix_catalog_tenant_id_organization_id_kind", "catalog", ["tenant_id", "organization_id", "kind"]
-    )
+    op.create_index("ix_catalog_tenant_id_organization_id_kind", "catalog", ["tenant_id", "organization_id", "kind"])
 
     op.create_table(
         "execution",

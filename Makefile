@@ -1,0 +1,48 @@
+# NoETL Cloud - the two commands that matter: `make up` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
+
+.PHONY: install prerequisites up down status test test-unit lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+install: $(STAMP)
+
+# PostgreSQL server binaries and a Java runtime for the emulators (installed when missing and
+# possible); the Google Cloud CLI with its emulators must already be present (docs/local.md).
+prerequisites:
+	@bash local/prerequisites.sh
+
+## The local stack (PostgreSQL, Pub/Sub, Firestore, GCS, S3) plus the roles that exist so far.
+up: $(STAMP) prerequisites
+	$(BIN)/noetl-cloud local up
+
+down:
+	@test -x $(BIN)/noetl-cloud && $(BIN)/noetl-cloud local down || true
+
+status: $(STAMP)
+	$(BIN)/noetl-cloud local status
+
+## Every tier (unit, integration, e2e) against the real local stack.
+test: $(STAMP) prerequisites
+	$(BIN)/noetl-cloud local up
+	$(BIN)/pytest
+
+test-unit: $(STAMP)
+	$(BIN)/pytest tests/unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check shared functions tests bench
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/ids.py
+
+clean: down
+	rm -rf $(VENV) local/.state

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import pytest
+
+from noetl_cloud.errors import ConfigError
+from noetl_cloud.settings import Settings
+
+
+def test_defaults_need_no_environment() -> None:
+    settings = Settings.from_env({})
+    assert settings.pools == ("shared",) and settings.tenant_id == "default"
+    assert settings.command_topic("shared") == "noetl-commands-shared"
+
+
+def test_prefixed_and_standard_variables_are_read() -> None:
+    settings = Settings.from_env(
+        {
+            "NOETL_POOLS": "shared, iot",
+            "NOETL_DATABASE_URL": "postgresql://u:p@h:1/d",
+            "NOETL_NODE_ID": "12",
+            "NOETL_DB_IAM_AUTH": "true",
+            "NOETL_INTERNAL_API_TOKEN": "s3cret",
+            "PUBSUB_EMULATOR_HOST": "127.0.0.1:1",
+            "HOME": "/root",
+        }
+    )
+    assert settings.pools == ("shared", "iot") and settings.node_id == 12 and settings.db_iam_auth
+    assert settings.pubsub_emulator_host == "127.0.0.1:1"
+    assert "s3cret" not in repr(settings)  # secrets never print
+
+
+@pytest.mark.parametrize(
+    "env,variable",
+    [
+        ({"NOETL_NODE_ID": "5000"}, "NOETL_NODE_ID"),
+        ({"NOETL_NODE_ID": "abc"}, "NOETL_NODE_ID"),
+        ({"NOETL_POOLS": "Bad Pool"}, "NOETL_POOLS"),
+        ({"NOETL_POOLS": "a,a"}, "NOETL_POOLS"),
+        ({"NOETL_LOG_LEVEL": "LOUD"}, "NOETL_LOG_LEVEL"),
+        ({"NOETL_MAX_REQUEST_BYTES": "10"}, "NOETL_MAX_REQUEST_BYTES"),
+        ({"NOETL_DATABSE_URL": "typo"}, "NOETL_DATABSE_URL"),
+    ],
+)
+def test_a_bad_variable_fails_with_its_name(env: dict[str, str], variable: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env(env)
+    assert variable in info.value.message
+
+
+def test_require_names_each_missing_variable() -> None:
+    settings = Settings.from_env({})
+    with pytest.raises(ConfigError) as info:
+        settings.require("database_url", "pubsub_emulator_host", "tenant_id")
+    assert info.value.details == {"variables": ["NOETL_DATABASE_URL", "PUBSUB_EMULATOR_HOST"]}
+
+
+def test_tool_variables_are_not_settings() -> None:
+    assert Settings.from_env({"NOETL_LOCAL_STATE_DIR": "/x", "NOETL_TEST_FOO": "1"}).role == "cli"
+
+
+def test_cloudsql_engine_needs_its_user() -> None:
+    from noetl_cloud.db.engine import create_db_engine
+
+    with pytest.raises(ConfigError) as info:
+        create_db_engine(Settings.from_env({"NOETL_CLOUDSQL_INSTANCE": "p:r:i"}))
+    assert "NOETL_DB_USER" in info.value.message
+    with pytest.raises(ConfigError) as info:
+        create_db_engine(Settings.from_env({}))
+    assert "NOETL_DATABASE_URL" in info.value.message
+
+
+def test_every_setting_is_documented() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    missing = [Settings.env_name(f) for f in Settings.model_fields if f"`{Settings.env_name(f)}`" not in doc]
+    assert missing == []
