@@ -69,9 +69,17 @@ class Settings(BaseModel):
     events_topic: str = "noetl-events"
     command_topic_prefix: str = "noetl-commands-"
 
-    # Web.
+    # Web and the internal API.
     max_request_bytes: Annotated[int, Field(ge=1024, le=32 * 1024 * 1024)] = 1024 * 1024
     internal_api_token: SecretStr | None = None
+    internal_api_audience: str | None = None
+    internal_api_callers: tuple[str, ...] = ()
+    ingress_principals: tuple[str, ...] = ()
+    api_url: str | None = None
+
+    # The wallet.
+    secrets_backend: Literal["local", "secret_manager"] = "local"
+    secrets_dir: str | None = None
 
     # Emulators (standard variable names of the Google Cloud clients).
     pubsub_emulator_host: str | None = Field(default=None, json_schema_extra=_env("PUBSUB_EMULATOR_HOST"))
@@ -79,9 +87,9 @@ class Settings(BaseModel):
     storage_emulator_host: str | None = Field(default=None, json_schema_extra=_env("STORAGE_EMULATOR_HOST"))
     s3_endpoint_url: str | None = None
 
-    @field_validator("pools", mode="before")
+    @field_validator("pools", "internal_api_callers", "ingress_principals", mode="before")
     @classmethod
-    def _split_pools(cls, value: Any) -> Any:
+    def _split_list(cls, value: Any) -> Any:
         if isinstance(value, str):
             value = tuple(p.strip() for p in value.split(",") if p.strip())
         return value
@@ -146,9 +154,9 @@ class Settings(BaseModel):
         return f"{self.command_topic_prefix}{pool}"
 
 
-# Prefixed variables that configure tools around the roles (the local stack launcher, the test
-# suite), not the roles themselves.
-_TOOL_PREFIXES = ("NOETL_LOCAL_", "NOETL_TEST_")
+# Prefixed variables that are not settings: the local stack launcher's, the test suite's, and the
+# local wallet's secrets (``NOETL_SECRET_<ALIAS>``, read only by the local secrets adapter).
+_TOOL_PREFIXES = ("NOETL_LOCAL_", "NOETL_TEST_", "NOETL_SECRET_")
 
 
 def _config_error(cls: type[Settings], exc: ValidationError) -> ConfigError:

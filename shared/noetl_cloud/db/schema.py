@@ -146,10 +146,78 @@ catalog = Table(
     Column("content", Text, nullable=False),
     Column("content_sha256", Text, nullable=False),
     Column("document", JSONB, nullable=False),
+    Column("gateway_path", Text, nullable=True),
     _now(),
     UniqueConstraint("tenant_id", "organization_id", "path", "version"),
     UniqueConstraint("tenant_id", "organization_id", "path", "content_sha256"),
     CheckConstraint("kind IN ('Playbook', 'Subscription')", name="kind_known"),
     CheckConstraint("version >= 1", name="version_positive"),
     Index(None, "tenant_id", "organization_id", "kind"),
+    Index(None, "gateway_path", postgresql_where=text("gateway_path IS NOT NULL")),
+)
+
+
+# A unit of work for a worker: one step of one execution. Issued in the transaction that writes
+# its ``command.issued`` event; a worker claims it atomically before it runs.
+command = Table(
+    "command",
+    metadata,
+    Column("command_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("execution_id", BigInteger, ForeignKey("execution.execution_id"), nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("organization_id", Text, nullable=False),
+    Column("step", Text, nullable=False),
+    Column("execution_pool", Text, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'issued'")),
+    Column("attempt", Integer, nullable=False, server_default=text("1")),
+    Column("args", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("trace", JSONB, nullable=True),
+    Column("issued_event_id", BigInteger, nullable=False),
+    Column("worker_id", Text, nullable=True),
+    Column("lease_expires_at", DateTime(timezone=True), nullable=True),
+    _now(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint(
+        "status IN ('issued', 'claimed', 'started', 'completed', 'failed', 'cancelled')", name="status_known"
+    ),
+    Index(None, "execution_id"),
+)
+
+# A registered subscription and its lifecycle state. ``version`` counts transitions: every
+# change is a compare-and-set on it, and it equals the version of the subscription's stream.
+subscription = Table(
+    "subscription",
+    metadata,
+    Column("subscription_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("organization_id", Text, nullable=False),
+    Column("catalog_id", BigInteger, ForeignKey("catalog.catalog_id"), nullable=False),
+    Column("path", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    _now(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint(
+        "state IN ('registered', 'active', 'paused', 'draining', 'deactivated')", name="state_known"
+    ),
+    Index(
+        "uq_subscription_live_path",
+        "tenant_id",
+        "organization_id",
+        "path",
+        unique=True,
+        postgresql_where=text("state <> 'deactivated'"),
+    ),
+)
+
+# The opt-in dedup window: a key claimed in the transaction that creates its execution.
+subscription_dedup = Table(
+    "subscription_dedup",
+    metadata,
+    Column("scope", Text, primary_key=True),
+    Column("dedup_key", Text, primary_key=True),
+    Column("execution_id", BigInteger, nullable=False),
+    Column("seen_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Index(None, "expires_at"),
 )

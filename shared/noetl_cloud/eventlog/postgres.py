@@ -16,8 +16,10 @@ from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 
+from noetl_cloud.db.bulk import chunks, insert_rows
 from noetl_cloud.db.schema import event as event_table
 from noetl_cloud.db.schema import outbox as outbox_table
+from noetl_cloud.db.schema import stream as stream_table
 from noetl_cloud.envelope import EventEnvelope, PayloadRef, utc_now
 from noetl_cloud.eventlog.outbox import outbox_message
 from noetl_cloud.eventlog.port import (
@@ -149,6 +151,46 @@ class PostgresEventStore:
             raise DuplicateIdempotencyKey(self._used_keys(conn, keys, set(inserted)))
         conn.execute(pg_insert(outbox_table).values([outbox_message(e, self.events_topic) for e in sealed]))
         return sealed
+
+    def append_new_streams_in(self, conn: Connection, streams: Sequence[tuple[str, Sequence[EventEnvelope]]]) -> None:
+        """Start many new streams in bulk inside the caller's transaction (each at version 1).
+
+        For writers that mint their stream ids (a new execution's stream): one statement for the
+        stream heads, a few for the events and their outbox rows, whatever the number of streams.
+        A stream that already exists is a :class:`StreamVersionConflict`.
+        """
+        for stream_id, events in streams:
+            check_batch(stream_id, events)
+        now = utc_now()
+        sealed = [
+            e.sealed(stream_version=i, ingest_time=now) for _stream, events in streams for i, e in enumerate(events, 1)
+        ]
+        heads = [{"stream_id": stream_id, "version": len(events)} for stream_id, events in streams]
+        for chunk in chunks(heads):
+            created = conn.execute(
+                pg_insert(stream_table).values(list(chunk)).on_conflict_do_nothing().returning(stream_table.c.stream_id)
+            ).scalars().all()
+            if len(created) != len(chunk):
+                taken = sorted({h["stream_id"] for h in chunk} - set(created))[0]
+                raise StreamVersionConflict(taken, 0, self._version_in(conn, taken))
+        inserted = 0
+        for chunk in chunks([_row(e) for e in sealed]):
+            inserted += len(
+                conn.execute(
+                    pg_insert(event_table)
+                    .values(list(chunk))
+                    .on_conflict_do_nothing(index_elements=["idempotency_key"])
+                    .returning(event_table.c.event_id)
+                ).all()
+            )
+        if inserted != len(sealed):
+            keys = [e.idempotency_key for e in sealed if e.idempotency_key is not None]
+            raise DuplicateIdempotencyKey(keys)
+        insert_rows(conn, outbox_table, [outbox_message(e, self.events_topic) for e in sealed])
+
+    @staticmethod
+    def _version_in(conn: Connection, stream_id: str) -> int:
+        return int(conn.execute(_VERSION, {"stream_id": stream_id}).scalar() or 0)
 
     @staticmethod
     def _used_keys(conn: Connection, keys: list[str], inserted: set[int]) -> list[str]:

@@ -47,8 +47,11 @@ class ComponentStatus:
 
 
 class LocalStack:
-    def __init__(self, state_dir: Path, port_base: int = DEFAULT_PORT_BASE) -> None:
+    def __init__(
+        self, state_dir: Path, port_base: int = DEFAULT_PORT_BASE, pools: tuple[str, ...] = ("shared",)
+    ) -> None:
         self.state_dir = state_dir
+        self.pools = pools
         self.ports = Ports.from_base(port_base)
         self.port_base = port_base
         self.state_file = state_dir / "stack.json"
@@ -56,8 +59,11 @@ class LocalStack:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LocalStack:
+        from noetl_cloud.settings import Settings
+
         base = int(env.get("NOETL_LOCAL_PORT_BASE") or DEFAULT_PORT_BASE)
-        return cls(default_state_dir(env), base)
+        pools = Settings.from_env({k: v for k, v in env.items() if k == "NOETL_POOLS"}).pools
+        return cls(default_state_dir(env), base, pools)
 
     # -- components ---------------------------------------------------------------------------
 
@@ -124,6 +130,8 @@ class LocalStack:
         migrated = time.monotonic()
         self._migrate(env)
         echo(f"{'migrations':<10} applied in {time.monotonic() - migrated:5.2f} s")
+        topics = self._ensure_topics(env)
+        echo(f"{'topics':<10} {', '.join(topics)}")
         echo(f"stack up in {time.monotonic() - total:.2f} s; environment: {self.env_file}")
         return env
 
@@ -185,6 +193,7 @@ class LocalStack:
             "NOETL_ENVIRONMENT": "local",
             "NOETL_PROJECT_ID": PROJECT_ID,
             "GOOGLE_CLOUD_PROJECT": PROJECT_ID,
+            "NOETL_POOLS": ",".join(self.pools),
         }
         for comp in comps.values():
             env.update(comp.env)
@@ -205,6 +214,17 @@ class LocalStack:
             upgrade(engine)
         finally:
             engine.dispose()
+
+
+    def _ensure_topics(self, env: dict[str, str]) -> list[str]:
+        """The Pub/Sub topics the roles publish to: one command topic per pool, and the events topic."""
+        from noetl_cloud.messaging.pubsub import PubSubPublisher
+        from noetl_cloud.settings import Settings
+
+        defaults = Settings()
+        topics = [defaults.command_topic(pool) for pool in self.pools] + [defaults.events_topic]
+        PubSubPublisher(PROJECT_ID, emulator_host=env["PUBSUB_EMULATOR_HOST"]).ensure_topics(topics)
+        return topics
 
 
 def export_lines(env: Mapping[str, str]) -> str:

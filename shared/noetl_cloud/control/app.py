@@ -1,0 +1,158 @@
+"""The ``execute`` role's HTTP API: catalog, executions, subscriptions, listener configuration.
+
+Handlers decode the request, call one service, and shape the answer; errors are the services'
+typed exceptions, turned into the JSON error model by the app factory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask, Response, g, request
+from pydantic import BaseModel, ConfigDict, Field
+
+from noetl_cloud.auth.internal import InternalAuth, install
+from noetl_cloud.control.bootstrap import ControlPlane
+from noetl_cloud.control.models import BatchRequest, ExecuteRequest
+from noetl_cloud.errors import BadRequest, Forbidden
+from noetl_cloud.observability import configure_logging
+from noetl_cloud.settings import Settings
+from noetl_cloud.web import create_app, json_body
+
+
+class RegisterSubscription(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(min_length=1, max_length=512)
+
+
+class Transition(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    expected_version: int | None = Field(default=None, ge=1)
+
+
+class Cancel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str | None = Field(default=None, max_length=1024)
+
+
+def _catalog_content() -> str:
+    """The YAML document of ``POST /api/catalog``: the raw body, or ``{"content": ...}`` as JSON."""
+    if request.mimetype == "application/json":
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict) or not isinstance(body.get("content"), str):
+            raise BadRequest('a JSON body must be {"content": "<YAML document>"}', code="invalid_json")
+        return str(body["content"])
+    raw = request.get_data(cache=False)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest("the document must be UTF-8 text", code="invalid_encoding") from None
+
+
+def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
+    settings = plane.settings
+    app = create_app("execute", settings)
+    install(app, auth)
+
+    # -- catalog --------------------------------------------------------------------------------
+
+    @app.post("/api/catalog")
+    def register_catalog() -> tuple[dict[str, Any], int]:
+        entry, created = plane.catalog.register(_catalog_content())
+        return {**entry.summary(), "created": created}, 201 if created else 200
+
+    @app.get("/api/catalog")
+    def list_catalog() -> dict[str, Any]:
+        kind = request.args.get("kind")
+        if kind not in (None, "Playbook", "Subscription"):
+            raise BadRequest("kind must be Playbook or Subscription", code="invalid_kind")
+        return {"items": [e.summary() for e in plane.catalog.list(kind)]}
+
+    @app.get("/api/catalog/<path:path>")
+    def get_catalog(path: str) -> dict[str, Any]:
+        version = request.args.get("version")
+        if version is not None and not version.isdigit():
+            raise BadRequest("version must be a positive integer", code="invalid_version")
+        return plane.catalog.get(path, int(version) if version else None).to_dict()
+
+    # -- executions -----------------------------------------------------------------------------
+
+    @app.post("/api/execute")
+    def execute() -> tuple[dict[str, Any], int]:
+        result = plane.executions.start_one(json_body(ExecuteRequest))
+        return {"execution_id": result.execution_id, "status": result.status,
+                "execution_pool": result.execution_pool}, 202
+
+    @app.post("/api/execute/batch")
+    def execute_batch() -> dict[str, Any]:
+        results = plane.executions.start_batch(json_body(BatchRequest).executions)
+        return {
+            "count": len(results),
+            "started": sum(r.status == "started" for r in results),
+            "duplicates": sum(r.status == "duplicate" for r in results),
+            "failed": sum(r.status == "error" for r in results),
+            "results": [r.public() for r in results],
+        }
+
+    @app.get("/api/executions/<int:execution_id>")
+    def get_execution(execution_id: int) -> dict[str, Any]:
+        return plane.executions.get(execution_id)
+
+    @app.get("/api/executions/<int:execution_id>/events")
+    def execution_events(execution_id: int) -> dict[str, Any]:
+        events = plane.executions.events_of(execution_id)
+        return {"execution_id": str(execution_id), "events": [e.model_dump(mode="json") for e in events]}
+
+    @app.post("/api/executions/<int:execution_id>/cancel")
+    def cancel_execution(execution_id: int) -> dict[str, Any]:
+        body = json_body(Cancel) if request.content_length else Cancel()
+        return plane.executions.cancel(execution_id, body.reason)
+
+    # -- subscriptions --------------------------------------------------------------------------
+
+    @app.post("/api/subscriptions/register")
+    def register_subscription() -> tuple[dict[str, Any], int]:
+        view, created = plane.subscriptions.register(json_body(RegisterSubscription).path)
+        return {**view, "created": created}, 201 if created else 200
+
+    @app.post("/api/subscriptions/<int:subscription_id>/<action>")
+    def transition(subscription_id: int, action: str) -> dict[str, Any]:
+        body = json_body(Transition) if request.content_length else Transition()
+        return plane.subscriptions.transition(subscription_id, action, body.expected_version)
+
+    @app.get("/api/subscriptions")
+    def list_subscriptions() -> dict[str, Any]:
+        return {"items": plane.subscriptions.list(request.args.get("state"))}
+
+    @app.get("/api/subscriptions/<int:subscription_id>")
+    def get_subscription(subscription_id: int) -> dict[str, Any]:
+        return plane.subscriptions.get(subscription_id)
+
+    # -- internal -------------------------------------------------------------------------------
+
+    @app.get("/api/internal/ingress/<listener>")
+    def listener_config(listener: str) -> Response:
+        if settings.ingress_principals and g.caller.principal not in settings.ingress_principals:
+            raise Forbidden("only the ingress role reads listener configuration", code="not_ingress")
+        response = app.json.response(plane.listeners.config(listener))
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    @app.post("/api/internal/outbox/sweep")
+    def sweep() -> dict[str, Any]:
+        """Publish command notifications a failed or crashed writer left (Cloud Scheduler)."""
+        published = plane.relay.sweep(topic_prefix=settings.command_topic_prefix)
+        return {**published, "dedup_reclaimed": plane.executions.reclaim_dedup()}
+
+    return app
+
+
+def app_from_env(env: Mapping[str, str]) -> Flask:
+    """The execute role, configured from the process environment (the entry point's one call)."""
+    settings = Settings.from_env(env, role="execute")
+    configure_logging(settings.log_level, project_id=settings.project_id, role="execute")
+    auth = InternalAuth.from_settings(
+        settings, audience=settings.internal_api_audience, allowed_emails=settings.internal_api_callers or None
+    )
+    return build_app(ControlPlane(settings, env=env), auth)

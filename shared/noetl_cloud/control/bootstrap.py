@@ -1,0 +1,104 @@
+"""The control plane's composition root: adapters wired to services on first use, per process."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from noetl_cloud.control.catalog import CatalogService
+from noetl_cloud.control.executions import ExecutionService
+from noetl_cloud.control.lifecycle import SubscriptionService
+from noetl_cloud.control.listeners import ListenerService
+from noetl_cloud.db.engine import create_db_engine
+from noetl_cloud.envelope import EventFactory
+from noetl_cloud.eventlog.postgres import PostgresEventStore
+from noetl_cloud.eventlog.relay import OutboxRelay
+from noetl_cloud.ids import SnowflakeGenerator
+from noetl_cloud.messaging.port import Publisher
+from noetl_cloud.secrets.port import SecretResolver
+from noetl_cloud.settings import Settings
+
+
+@dataclass
+class ControlPlane:
+    """Everything the execute role serves, built lazily from settings."""
+
+    settings: Settings
+    env: Mapping[str, str] = field(default_factory=dict)  # for the local wallet's NOETL_SECRET_* only
+    publisher_override: Publisher | None = None
+
+    @cached_property
+    def engine(self) -> Engine:
+        return create_db_engine(self.settings)
+
+    @cached_property
+    def ids(self) -> SnowflakeGenerator:
+        return SnowflakeGenerator(self.settings.node_id)
+
+    @cached_property
+    def events(self) -> EventFactory:
+        s = self.settings
+        return EventFactory(
+            tenant_id=s.tenant_id,
+            organization_id=s.organization_id,
+            producer=f"noetl://tenant/{s.tenant_id}/org/{s.organization_id}/role/{s.role}/node/{self.ids.node_id}",
+            next_id=self.ids.next_id,
+        )
+
+    @cached_property
+    def store(self) -> PostgresEventStore:
+        return PostgresEventStore(self.engine, events_topic=self.settings.events_topic)
+
+    @cached_property
+    def publisher(self) -> Publisher:
+        if self.publisher_override is not None:
+            return self.publisher_override
+        from noetl_cloud.messaging.pubsub import PubSubPublisher
+
+        self.settings.require("project_id")
+        assert self.settings.project_id is not None
+        return PubSubPublisher(self.settings.project_id, emulator_host=self.settings.pubsub_emulator_host)
+
+    @cached_property
+    def relay(self) -> OutboxRelay:
+        return OutboxRelay(self.engine, self.publisher)
+
+    @cached_property
+    def catalog(self) -> CatalogService:
+        s = self.settings
+        return CatalogService(
+            self.engine, self.store, self.ids, self.events,
+            tenant_id=s.tenant_id, organization_id=s.organization_id, pools=s.pools,
+        )
+
+    @cached_property
+    def executions(self) -> ExecutionService:
+        return ExecutionService(
+            self.engine, self.store, self.relay, self.catalog, self.ids, self.events,
+            pools=self.settings.pools, command_topic_prefix=self.settings.command_topic_prefix,
+        )
+
+    @cached_property
+    def subscriptions(self) -> SubscriptionService:
+        return SubscriptionService(self.engine, self.store, self.catalog, self.ids, self.events)
+
+    @cached_property
+    def secrets(self) -> SecretResolver:
+        if self.settings.secrets_backend == "secret_manager":
+            from noetl_cloud.secrets.secret_manager import SecretManagerSecrets
+
+            self.settings.require("project_id")
+            assert self.settings.project_id is not None
+            return SecretManagerSecrets(self.settings.project_id)
+        from noetl_cloud.secrets.local import LocalSecrets
+
+        folder = Path(self.settings.secrets_dir) if self.settings.secrets_dir else None
+        return LocalSecrets(self.env, folder)
+
+    @cached_property
+    def listeners(self) -> ListenerService:
+        return ListenerService(self.catalog, self.subscriptions, self.secrets)

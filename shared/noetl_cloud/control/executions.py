@@ -1,0 +1,475 @@
+"""Executions: start (single and batch, with the opt-in dedup window), read, cancel.
+
+Starting an execution is one transaction: the dedup key (when asked), the ``execution`` row, the
+``playbook.started`` and ``command.issued`` events of its stream, the entry step's ``command``
+row, the events' outbox rows and the command notification's outbox row. After the commit the
+notifications go to ``noetl-commands-<pool>``; a failed publish stays in the outbox for the sweep.
+
+A single request is a batch of one: the same statements, written in bulk for a batch, so a batch
+of 500 costs a handful of round trips, not 500 transactions. A bad item (invalid, unknown
+playbook, unknown pool) is an error result at its index and never fails the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import Connection, Engine, func, select, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from noetl_cloud.control.catalog import CatalogEntry, CatalogService
+from noetl_cloud.control.models import ExecuteRequest, ItemResult
+from noetl_cloud.db.bulk import chunks, insert_rows
+from noetl_cloud.db.schema import command, event, execution, outbox
+from noetl_cloud.envelope import EventEnvelope, EventFactory, utc_now
+from noetl_cloud.errors import Conflict, NoetlError, NotFound, ValidationFailed
+from noetl_cloud.eventlog.postgres import PostgresEventStore
+from noetl_cloud.eventlog.relay import OutboxRelay, OutboxRow
+from noetl_cloud.ids import SnowflakeGenerator
+from noetl_cloud.observability import TraceContext
+from noetl_cloud.web.errors import validation_details
+
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+@dataclass
+class _Plan:
+    """One valid item on its way into the database."""
+
+    index: int
+    request: ExecuteRequest
+    entry: CatalogEntry
+    pool: str
+    trace: dict[str, str] | None
+    execution_id: int
+    command_id: int
+    step: str
+    dedup_scope: str | None = None
+    events: list[EventEnvelope] = field(default_factory=list)
+
+
+def entry_step(document: dict[str, Any]) -> str:
+    """The step a playbook starts at: the one named ``start``, else the first."""
+    names = [s.get("step") for s in document.get("workflow") or [] if isinstance(s, dict)]
+    if "start" in names:
+        return "start"
+    if not names or not isinstance(names[0], str):
+        raise ValidationFailed("the playbook has no steps", code="playbook_without_steps")
+    return names[0]
+
+
+def _error(index: int, exc: NoetlError) -> ItemResult:
+    return ItemResult(index=index, status="error", error=exc.to_dict())
+
+
+class ExecutionService:
+    def __init__(
+        self,
+        engine: Engine,
+        store: PostgresEventStore,
+        relay: OutboxRelay,
+        catalog_service: CatalogService,
+        ids: SnowflakeGenerator,
+        events: EventFactory,
+        *,
+        pools: tuple[str, ...],
+        command_topic_prefix: str,
+    ) -> None:
+        self.engine = engine
+        self.store = store
+        self.relay = relay
+        self.catalog = catalog_service
+        self.ids = ids
+        self.events = events
+        self.pools = pools
+        self.default_pool = "shared" if "shared" in pools else pools[0]
+        self.command_topic_prefix = command_topic_prefix
+
+    @property
+    def tenant(self) -> tuple[str, str]:
+        return self.events.tenant_id, self.events.organization_id
+
+    # -- start --------------------------------------------------------------------------------
+
+    def start_one(self, request: ExecuteRequest) -> ItemResult:
+        (result,) = self.start_many([request])
+        if result.status == "error" and result.error is not None:
+            raise _reraise(result.error)
+        return result
+
+    def start_batch(self, items: Sequence[dict[str, Any]]) -> list[ItemResult]:
+        """Validate each raw item on its own, then start the valid ones together."""
+        parsed: list[ExecuteRequest | ItemResult] = []
+        for index, raw in enumerate(items):
+            try:
+                parsed.append(ExecuteRequest.model_validate(raw))
+            except ValidationError as exc:
+                parsed.append(
+                    _error(index, ValidationFailed("execution request failed validation", details=validation_details(exc)))
+                )
+        requests = [p for p in parsed if isinstance(p, ExecuteRequest)]
+        started = iter(self.start_many(requests))
+        results = []
+        for index, item in enumerate(parsed):
+            result = item if isinstance(item, ItemResult) else next(started)
+            results.append(result.model_copy(update={"index": index}))
+        return results
+
+    def start_many(self, requests: Sequence[ExecuteRequest]) -> list[ItemResult]:
+        results: list[ItemResult | None] = [None] * len(requests)
+        plans: list[_Plan] = []
+        with self.engine.begin() as conn:
+            parents = self._parent_traces(conn, requests)
+            entries: dict[tuple[str | None, int | None, str | None], CatalogEntry | NoetlError] = {}
+            for index, request in enumerate(requests):
+                try:
+                    plans.append(self._plan(index, request, entries, parents))
+                except NoetlError as exc:
+                    results[index] = _error(index, exc)
+            plans = self._claim_dedup(conn, plans, results)
+            rows = self._write(conn, plans) if plans else []
+        for plan in plans:
+            results[plan.index] = ItemResult(
+                index=plan.index, status="started", execution_id=str(plan.execution_id), execution_pool=plan.pool
+            )
+        self.relay.publish_rows(rows)
+        return [r for r in results if r is not None]
+
+    def _resolve(self, request: ExecuteRequest) -> CatalogEntry:
+        if request.catalog_id is not None:
+            entry = self.catalog.get_by_id(int(request.catalog_id))
+        else:
+            assert request.path is not None
+            try:
+                entry = self.catalog.get(request.path, request.version)
+            except NotFound as exc:
+                raise NotFound(exc.message, code="playbook_not_found") from None
+        if entry.kind != "Playbook":
+            raise ValidationFailed(f"{entry.path} is a {entry.kind}, not a Playbook", code="not_a_playbook")
+        return entry
+
+    def _plan(
+        self,
+        index: int,
+        request: ExecuteRequest,
+        entries: dict[tuple[str | None, int | None, str | None], CatalogEntry | NoetlError],
+        parents: dict[int, dict[str, str] | None],
+    ) -> _Plan:
+        key = (request.path, request.version, request.catalog_id)
+        if key not in entries:
+            try:
+                entries[key] = self._resolve(request)
+            except NoetlError as exc:
+                entries[key] = exc
+        entry = entries[key]
+        if isinstance(entry, NoetlError):
+            raise entry
+        pool = request.execution_pool or self.default_pool
+        if pool not in self.pools:
+            raise ValidationFailed(
+                f"execution pool {pool!r} is not configured (pools: {', '.join(self.pools)})", code="unknown_pool"
+            )
+        trace = self._trace(request, parents)
+        plan = _Plan(
+            index=index,
+            request=request,
+            entry=entry,
+            pool=pool,
+            trace=trace,
+            execution_id=self.ids.next_id(),
+            command_id=self.ids.next_id(),
+            step=entry_step(entry.document),
+        )
+        if request.dedup is not None:
+            tenant, org = self.tenant
+            plan.dedup_scope = f"{tenant}/{org}/{request.parent_execution_id or '-'}"
+        return plan
+
+    @staticmethod
+    def _trace(request: ExecuteRequest, parents: dict[int, dict[str, str] | None]) -> dict[str, str] | None:
+        if request.trace is not None:
+            parsed = TraceContext.parse(request.trace.traceparent, request.trace.tracestate, request.trace.baggage)
+            if parsed is not None:
+                return parsed.to_dict()
+        if request.parent_execution_id is not None:
+            return parents.get(int(request.parent_execution_id))
+        return None
+
+    def _parent_traces(self, conn: Connection, requests: Sequence[ExecuteRequest]) -> dict[int, dict[str, str] | None]:
+        ids = {int(r.parent_execution_id) for r in requests if r.parent_execution_id and r.trace is None}
+        if not ids:
+            return {}
+        rows = conn.execute(select(execution.c.execution_id, execution.c.trace).where(execution.c.execution_id.in_(ids)))
+        return {r.execution_id: r.trace for r in rows}
+
+    # -- dedup window -------------------------------------------------------------------------
+
+    def _claim_dedup(self, conn: Connection, plans: list[_Plan], results: list[ItemResult | None]) -> list[_Plan]:
+        """Claim each dedup key in this transaction; a key held within its window is a duplicate."""
+        keep: list[_Plan] = []
+        seen: dict[tuple[str, str], _Plan] = {}
+        now = utc_now()
+        for plan in plans:
+            if plan.dedup_scope is None:
+                keep.append(plan)
+                continue
+            assert plan.request.dedup is not None
+            key = (plan.dedup_scope, plan.request.dedup.key)
+            if key in seen:  # the same key twice in one batch: the second is a duplicate of the first
+                first = seen[key]
+                results[plan.index] = ItemResult(
+                    index=plan.index, status="duplicate", execution_id=str(first.execution_id),
+                    execution_pool=first.pool,
+                )
+                self._dedup_event(conn, plan, first.execution_id, first.pool)
+                continue
+            claimed = conn.execute(
+                text(
+                    "INSERT INTO subscription_dedup (scope, dedup_key, execution_id, seen_at, expires_at) "
+                    "VALUES (:scope, :key, :eid, :now, :expires) "
+                    "ON CONFLICT (scope, dedup_key) DO UPDATE SET execution_id = EXCLUDED.execution_id, "
+                    "seen_at = EXCLUDED.seen_at, expires_at = EXCLUDED.expires_at "
+                    "WHERE subscription_dedup.expires_at <= EXCLUDED.seen_at RETURNING execution_id"
+                ),
+                {
+                    "scope": key[0], "key": key[1], "eid": plan.execution_id, "now": now,
+                    "expires": now + timedelta(seconds=plan.request.dedup.window_secs),
+                },
+            ).scalar()
+            if claimed is not None:
+                seen[key] = plan
+                keep.append(plan)
+                continue
+            original = conn.execute(
+                text(
+                    "SELECT d.execution_id, e.execution_pool FROM subscription_dedup d "
+                    "LEFT JOIN execution e ON e.execution_id = d.execution_id "
+                    "WHERE d.scope = :scope AND d.dedup_key = :key"
+                ),
+                {"scope": key[0], "key": key[1]},
+            ).one()
+            results[plan.index] = ItemResult(
+                index=plan.index, status="duplicate", execution_id=str(original.execution_id),
+                execution_pool=original.execution_pool,
+            )
+            self._dedup_event(conn, plan, original.execution_id, original.execution_pool)
+        return keep
+
+    def _dedup_event(self, conn: Connection, plan: _Plan, original: int, pool: str | None) -> None:
+        request = plan.request
+        assert request.dedup is not None
+        stream = f"subscription/{request.parent_execution_id or '-'}/dedup"
+        self.store.append_in(
+            conn,
+            stream,
+            [
+                self.events.new(
+                    "subscription.message.deduplicated",
+                    stream_id=stream,
+                    aggregate_type="subscription",
+                    aggregate_id=request.parent_execution_id or "-",
+                    execution_id=str(original),
+                    payload={
+                        "dedup_key": request.dedup.key,
+                        "window_secs": request.dedup.window_secs,
+                        "original_execution_id": str(original),
+                        "execution_pool": pool,
+                        "message_id": request.meta.get("message_id"),
+                    },
+                    meta={"trace": plan.trace} if plan.trace else {},
+                )
+            ],
+        )
+
+    # -- the writes ---------------------------------------------------------------------------
+
+    def _write(self, conn: Connection, plans: list[_Plan]) -> list[OutboxRow]:
+        tenant, org = self.tenant
+        execution_rows, command_rows, note_rows = [], [], []
+        streams: list[tuple[str, list[EventEnvelope]]] = []
+        for plan in plans:
+            request, entry = plan.request, plan.entry
+            eid, cid = str(plan.execution_id), str(plan.command_id)
+            stream = f"execution/{eid}"
+            meta = {**request.meta, "execution_pool": plan.pool}
+            if plan.trace:
+                meta["trace"] = plan.trace
+            if request.parent_execution_id:
+                meta["parent_execution_id"] = request.parent_execution_id
+            started = self.events.new(
+                "playbook.started",
+                stream_id=stream,
+                aggregate_type="execution",
+                aggregate_id=eid,
+                execution_id=eid,
+                payload={
+                    "path": entry.path,
+                    "version": entry.version,
+                    "catalog_id": entry.catalog_id,
+                    "workload": request.workload,
+                    "entry_step": plan.step,
+                },
+                meta=meta,
+                idempotency_key=f"{tenant}/{org}/{eid}/playbook.started",
+            )
+            issued = self.events.new(
+                "command.issued",
+                stream_id=stream,
+                aggregate_type="command",
+                aggregate_id=cid,
+                execution_id=eid,
+                payload={"command_id": cid, "step": plan.step, "execution_pool": plan.pool, "attempt": 1},
+                meta={"trace": plan.trace} if plan.trace else {},
+                causation_id=started.event_id,
+                idempotency_key=f"{tenant}/{org}/{eid}/command/{cid}/issued",
+            )
+            plan.events = [started, issued]
+            streams.append((stream, plan.events))
+            execution_rows.append(
+                {
+                    "execution_id": plan.execution_id, "tenant_id": tenant, "organization_id": org,
+                    "catalog_id": int(entry.catalog_id), "path": entry.path, "version": entry.version,
+                    "status": "started", "execution_pool": plan.pool,
+                    "parent_execution_id": int(request.parent_execution_id) if request.parent_execution_id else None,
+                    "trace": plan.trace, "meta": request.meta,
+                }
+            )
+            command_rows.append(
+                {
+                    "command_id": plan.command_id, "execution_id": plan.execution_id, "tenant_id": tenant,
+                    "organization_id": org, "step": plan.step, "execution_pool": plan.pool,
+                    "trace": plan.trace, "issued_event_id": int(issued.event_id),
+                }
+            )
+            attributes = {"execution_id": eid, "command_id": cid, "step": plan.step}
+            if plan.trace:
+                attributes.update({k: v for k, v in plan.trace.items() if k in ("traceparent", "tracestate")})
+            note_rows.append(
+                {
+                    "event_id": int(issued.event_id),
+                    "topic": self.command_topic_prefix + plan.pool,
+                    "ordering_key": None,
+                    "attributes": attributes,
+                    "data": {"execution_id": eid, "command_id": cid, "event_id": issued.event_id, "step": plan.step},
+                }
+            )
+        insert_rows(conn, execution, execution_rows)
+        self.store.append_new_streams_in(conn, streams)
+        insert_rows(conn, command, command_rows)
+        out: list[OutboxRow] = []
+        for chunk in chunks(note_rows):
+            returned = conn.execute(
+                pg_insert(outbox).values(list(chunk)).returning(
+                    outbox.c.outbox_id, outbox.c.topic, outbox.c.data, outbox.c.attributes, outbox.c.ordering_key
+                )
+            )
+            out.extend(OutboxRow(r.outbox_id, r.topic, r.data, r.attributes, r.ordering_key) for r in returned)
+        return out
+
+    def reclaim_dedup(self, limit: int = 10_000) -> int:
+        """Delete dedup keys whose window has passed (a late duplicate then starts a new execution)."""
+        with self.engine.begin() as conn:
+            return conn.execute(
+                text(
+                    "DELETE FROM subscription_dedup WHERE ctid IN ("
+                    " SELECT ctid FROM subscription_dedup WHERE expires_at <= now() LIMIT :limit)"
+                ),
+                {"limit": limit},
+            ).rowcount
+
+    # -- read and cancel ----------------------------------------------------------------------
+
+    def get(self, execution_id: int) -> dict[str, Any]:
+        tenant, org = self.tenant
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(execution).where(
+                    execution.c.execution_id == execution_id,
+                    execution.c.tenant_id == tenant,
+                    execution.c.organization_id == org,
+                )
+            ).first()
+            if row is None:
+                raise NotFound(f"no execution {execution_id}", code="execution_not_found")
+            count = conn.execute(
+                select(func.count()).select_from(event).where(event.c.execution_id == execution_id)
+            ).scalar_one()
+        m = row._mapping
+        return {
+            "execution_id": str(m["execution_id"]),
+            "path": m["path"],
+            "version": m["version"],
+            "catalog_id": str(m["catalog_id"]) if m["catalog_id"] else None,
+            "status": m["status"],
+            "execution_pool": m["execution_pool"],
+            "parent_execution_id": str(m["parent_execution_id"]) if m["parent_execution_id"] else None,
+            "trace": m["trace"],
+            "meta": m["meta"],
+            "created_at": m["created_at"].isoformat(),
+            "updated_at": m["updated_at"].isoformat(),
+            "ended_at": m["ended_at"].isoformat() if m["ended_at"] else None,
+            "event_count": count,
+        }
+
+    def events_of(self, execution_id: int) -> list[EventEnvelope]:
+        self.get(execution_id)  # 404 for an execution of another tenant or none at all
+        tenant, org = self.tenant
+        return self.store.read_execution(str(execution_id), tenant_id=tenant, organization_id=org)
+
+    def cancel(self, execution_id: int, reason: str | None = None) -> dict[str, Any]:
+        tenant, org = self.tenant
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                select(execution.c.status)
+                .where(
+                    execution.c.execution_id == execution_id,
+                    execution.c.tenant_id == tenant,
+                    execution.c.organization_id == org,
+                )
+                .with_for_update()
+            ).first()
+            if row is None:
+                raise NotFound(f"no execution {execution_id}", code="execution_not_found")
+            if row.status == "cancelled":
+                return {"execution_id": str(execution_id), "status": "cancelled", "changed": False}
+            if row.status in TERMINAL:
+                raise Conflict(
+                    f"execution {execution_id} already ended ({row.status})",
+                    code="execution_terminal",
+                    details={"status": row.status},
+                )
+            conn.execute(
+                execution.update()
+                .where(execution.c.execution_id == execution_id)
+                .values(status="cancelled", updated_at=func.now(), ended_at=func.now())
+            )
+            stream = f"execution/{execution_id}"
+            self.store.append_in(
+                conn,
+                stream,
+                [
+                    self.events.new(
+                        "execution.cancelled",
+                        stream_id=stream,
+                        aggregate_type="execution",
+                        aggregate_id=str(execution_id),
+                        execution_id=str(execution_id),
+                        payload={"reason": reason} if reason else {},
+                        idempotency_key=f"{tenant}/{org}/{execution_id}/execution.cancelled",
+                    )
+                ],
+            )
+        return {"execution_id": str(execution_id), "status": "cancelled", "changed": True}
+
+
+def _reraise(error: dict[str, Any]) -> NoetlError:
+    """Turn an item's error back into the exception a single request answers with."""
+    from noetl_cloud import errors
+
+    by_code = {"playbook_not_found": errors.NotFound, "catalog_not_found": errors.NotFound}
+    cls = by_code.get(error["code"], errors.ValidationFailed)
+    return cls(error["message"], code=error["code"], details=error.get("details"))

@@ -1,0 +1,62 @@
+"""Listener configuration for the ingress role: ``GET /api/internal/ingress/{listener}``.
+
+The push configuration of the subscription bound to ``/ingress/<listener>``, with its verify
+secret resolved through the wallet. Only the ingress role reads it; the response is never logged.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from noetl_cloud.control.catalog import CatalogService
+from noetl_cloud.control.lifecycle import SubscriptionService
+from noetl_cloud.errors import NotFound, Unavailable
+from noetl_cloud.secrets.port import SecretNotFound, SecretResolver
+
+LISTENER = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
+
+
+class ListenerService:
+    def __init__(self, catalog: CatalogService, subscriptions: SubscriptionService, secrets: SecretResolver) -> None:
+        self.catalog = catalog
+        self.subscriptions = subscriptions
+        self.secrets = secrets
+
+    def config(self, listener: str) -> dict[str, Any]:
+        if not LISTENER.match(listener):
+            raise NotFound(f"unknown listener {listener!r}", code="unknown_listener")
+        entry = self.catalog.subscription_for_listener(f"/ingress/{listener}")
+        spec = copy.deepcopy(entry.document.get("spec", {}))
+        verify = dict((spec.get("ingress") or {}).get("verify") or {})
+        alias = verify.pop("secret", None)
+        if alias:
+            try:
+                verify["secret"] = self.secrets.resolve(alias)
+            except SecretNotFound as exc:
+                # The subscription names a secret the wallet does not hold: the listener cannot
+                # verify anything, so it must not accept anything (the source retries).
+                raise Unavailable(
+                    f"listener {listener!r} cannot verify deliveries: {exc.message}", code="listener_secret_missing"
+                ) from None
+            verify["secret_alias"] = alias
+        live = self.subscriptions.live_for_path(entry.path)
+        ingress = spec.get("ingress") or {}
+        return {
+            "listener": listener,
+            "path": entry.path,
+            "catalog_id": entry.catalog_id,
+            "version": entry.version,
+            "subscription_id": live["subscription_id"] if live else None,
+            "state": live["state"] if live else "unregistered",
+            "source": spec.get("source"),
+            "verify": verify,
+            "max_body_bytes": ingress.get("max_body_bytes"),
+            "rate_limit": ingress.get("rate_limit"),
+            "dispatch": spec.get("dispatch"),
+            "headers": spec.get("headers"),
+            "spool": spec.get("spool"),
+            "limits": spec.get("limits"),
+            "dedup": spec.get("dedup"),
+        }

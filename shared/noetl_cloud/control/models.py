@@ -1,0 +1,67 @@
+"""Request and result shapes of the control-plane API."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+
+SNOWFLAKE = r"^[0-9]{1,19}$"
+MAX_BATCH = 1000
+MAX_DEDUP_WINDOW_S = 7 * 24 * 3600
+
+
+class TraceIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    traceparent: str | None = Field(default=None, max_length=256)
+    tracestate: str | None = Field(default=None, max_length=512)
+    baggage: str | None = Field(default=None, max_length=8192)
+
+
+class DedupIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(min_length=1, max_length=512)
+    window_secs: int = Field(default=3600, ge=1, le=MAX_DEDUP_WINDOW_S)
+
+
+class ExecuteRequest(BaseModel):
+    """One execution: a playbook by path (optionally a version) or by catalog id."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    path: str | None = Field(default=None, min_length=1, max_length=512)
+    catalog_id: str | None = Field(default=None, pattern=SNOWFLAKE)
+    version: int | None = Field(default=None, ge=1)
+    workload: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("workload", "payload"))
+    parent_execution_id: str | None = Field(default=None, pattern=SNOWFLAKE)
+    execution_pool: str | None = Field(default=None, min_length=1, max_length=64)
+    trace: TraceIn | None = None
+    dedup: DedupIn | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> ExecuteRequest:
+        if (self.path is None) == (self.catalog_id is None):
+            raise ValueError("give exactly one of path or catalog_id")
+        if self.catalog_id is not None and self.version is not None:
+            raise ValueError("version goes with path; a catalog_id names one version already")
+        return self
+
+
+class BatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    executions: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class ItemResult(BaseModel):
+    index: int
+    status: Literal["started", "duplicate", "error"]
+    execution_id: str | None = None
+    execution_pool: str | None = None
+    error: dict[str, Any] | None = None
+
+    def public(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)

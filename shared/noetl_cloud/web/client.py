@@ -1,0 +1,377 @@
+"""The client other roles use to call the control-plane API.
+
+Every call of the control-plane API is idempotent by design (writes carry dedup keys, claims
+are conditional), so :class:`ApiClient` retries any method after connection errors, timeouts,
+``502``/``503``/``504`` and ``429`` (waiting out ``Retry-After`` when the server sends one and it
+is within a cap). ``500`` is a bug on the other side and is not retried. When retries are
+exhausted the call raises :class:`UpstreamUnavailable` (503 ``upstream_unavailable``, retryable),
+so an at-least-once caller redelivers later. Any other answer, 4xx included, is returned as an
+:class:`ApiResponse`; :meth:`ApiResponse.raise_for_error` turns the JSON error model into the
+matching :class:`~noetl_cloud.errors.NoetlError`.
+
+Calls carry the current W3C trace (a child span of it) and request id, and a bearer token from a
+token source: :func:`static_token` locally, :func:`google_id_token_source` on Cloud Run.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json as jsonlib
+import logging
+import math
+import random
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC
+from typing import Any
+
+import jwt
+import urllib3
+from urllib3 import exceptions as u3
+
+from noetl_cloud.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NoetlError,
+    NotFound,
+    PayloadTooLarge,
+    Unauthorized,
+    Unavailable,
+    ValidationFailed,
+)
+from noetl_cloud.observability import current_request_id, current_trace
+from noetl_cloud.web.errors import HTTP_CODES
+
+log = logging.getLogger(__name__)
+
+TokenSource = Callable[[], str]
+
+RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+METADATA_IDENTITY_URL = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/identity"
+
+# Transport failures worth another attempt. Certificate and URL errors are not: they do not heal.
+_RETRYABLE_ERRORS: tuple[type[Exception], ...] = (u3.TimeoutError, u3.ProtocolError, u3.NewConnectionError)
+
+_ERROR_CLASSES: dict[int, type[NoetlError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    422: ValidationFailed,
+    503: Unavailable,
+}
+
+
+class UpstreamUnavailable(Unavailable):
+    """The API could not be reached or kept answering "try later" until the retries ran out."""
+
+    code = "upstream_unavailable"
+
+    def __init__(
+        self, message: str, *, code: str | None = None, details: Any = None, retry_after: int | None = None
+    ) -> None:
+        super().__init__(message, code=code, details=details)
+        # Read by the JSON error handlers, which pass it on as ``Retry-After``.
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True, slots=True)
+class ApiResponse:
+    """A final answer of the API: status, parsed JSON body (``None`` when not JSON) and headers."""
+
+    status: int
+    json: Any
+    headers: Mapping[str, str] = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 400
+
+    def raise_for_error(self) -> ApiResponse:
+        """Return ``self`` when the status is below 400, else raise the error the body describes.
+
+        The raised :class:`~noetl_cloud.errors.NoetlError` has the response's status and the
+        ``code``/``message``/``details`` of its ``{"error": {...}}`` body (a code derived from the
+        status when the body is not the error model).
+        """
+        if self.status < 400:
+            return self
+        error = self.json.get("error") if isinstance(self.json, dict) else None
+        if not isinstance(error, dict):
+            error = {}
+        code = error.get("code")
+        if not isinstance(code, str) or not code:
+            code = HTTP_CODES.get(self.status, f"http_{self.status}")
+        message = error.get("message")
+        if not isinstance(message, str) or not message:
+            message = f"the API answered {self.status}"
+        cls = _ERROR_CLASSES.get(self.status, NoetlError)
+        exc = cls(message, code=code, details=error.get("details"))
+        exc.status = self.status
+        exc.retryable = self.status in RETRYABLE_STATUSES
+        raise exc
+
+
+class ApiClient:
+    """A pooled, retrying JSON client of the control-plane API at ``base_url``.
+
+    All API calls are idempotent by design (dedup keys, conditional claims), which is what makes
+    retrying every method safe. ``retries`` is the number of attempts after the first;
+    waits grow as ``backoff_s * 2**n`` (with jitter, capped at ``max_backoff_s``), and a
+    ``Retry-After`` of a 429/503 is waited out when it is at most ``max_retry_after_s``, and ends
+    the retries otherwise. ``sleep`` and ``jitter`` (a number in [0, 1)) are injectable for tests.
+    Safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token_source: TokenSource | None,
+        timeout_s: float = 10,
+        retries: int = 3,
+        backoff_s: float = 0.2,
+        pool_maxsize: int = 16,
+        max_backoff_s: float = 5.0,
+        max_retry_after_s: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(base_url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
+        if retries < 0:
+            raise ValueError("retries must be >= 0")
+        self.base_url = base_url.rstrip("/")
+        self._token_source = token_source
+        self._timeout = urllib3.Timeout(connect=timeout_s, read=timeout_s)
+        self._retries = retries
+        self._backoff_s = backoff_s
+        self._max_backoff_s = max_backoff_s
+        self._max_retry_after_s = max_retry_after_s
+        self._sleep = sleep
+        self._jitter = jitter
+        self._pool = urllib3.PoolManager(maxsize=pool_maxsize, block=False)
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._pool.clear()
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def get(self, path: str, *, headers: Mapping[str, str] | None = None) -> ApiResponse:
+        """``GET path``; see :meth:`request`."""
+        return self.request("GET", path, headers=headers)
+
+    def post(self, path: str, json: Any = None, *, headers: Mapping[str, str] | None = None) -> ApiResponse:
+        """``POST path`` with a JSON body; see :meth:`request`."""
+        return self.request("POST", path, json=json, headers=headers)
+
+    def request(
+        self, method: str, path: str, json: Any = None, headers: Mapping[str, str] | None = None
+    ) -> ApiResponse:
+        """Send one API call, retrying transient failures; the final answer as an :class:`ApiResponse`.
+
+        ``path`` is relative to ``base_url`` and must start with ``/`` (an absolute URL would send
+        the token elsewhere). Raises :class:`UpstreamUnavailable` when retries are exhausted.
+        """
+        if not path.startswith("/") or path.startswith("//"):
+            raise ValueError(f"path must start with a single '/', got {path!r}")
+        url = self.base_url + path
+        body = None if json is None else jsonlib.dumps(json, separators=(",", ":")).encode("utf-8")
+        given = {k.lower(): v for k, v in (headers or {}).items()}
+
+        attempts = self._retries + 1
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                raw = self._pool.request(
+                    method,
+                    url,
+                    body=body,
+                    headers=self._headers(given, has_body=body is not None),
+                    timeout=self._timeout,
+                    retries=False,
+                    redirect=False,
+                )
+            except _RETRYABLE_ERRORS as exc:
+                reason = type(exc).__name__
+                log.warning(
+                    "API call failed",
+                    extra={"method": method, "path": path, "attempt": attempt + 1, "reason": reason},
+                )
+                if last:
+                    raise UpstreamUnavailable(
+                        "the API could not be reached",
+                        details={"method": method, "path": path, "attempts": attempts, "reason": reason},
+                    ) from None
+                self._sleep(self._backoff(attempt))
+                continue
+
+            response = ApiResponse(raw.status, _parse_json(raw.data), urllib3.HTTPHeaderDict(raw.headers))
+            if raw.status not in RETRYABLE_STATUSES:
+                return response
+            log.warning(
+                "API call answered a retryable status",
+                extra={"method": method, "path": path, "attempt": attempt + 1, "status": raw.status},
+            )
+            retry_after = _retry_after_s(raw.headers.get("Retry-After")) if raw.status in (429, 503) else None
+            too_long = retry_after is not None and retry_after > self._max_retry_after_s
+            if last or too_long:
+                raise UpstreamUnavailable(
+                    f"the API answered {raw.status}",
+                    details={"method": method, "path": path, "attempts": attempt + 1, "status": raw.status},
+                    retry_after=None if retry_after is None else math.ceil(retry_after),
+                )
+            self._sleep(retry_after if retry_after is not None else self._backoff(attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _headers(self, given: Mapping[str, str], *, has_body: bool) -> dict[str, str]:
+        headers = {"accept": "application/json"}
+        if has_body:
+            headers["content-type"] = "application/json"
+        if self._token_source is not None and "authorization" not in given:
+            headers["authorization"] = f"Bearer {self._token_source()}"
+        trace = current_trace.get()
+        if trace is not None and "traceparent" not in given:
+            headers.update(trace.child().to_dict())
+        request_id = current_request_id.get()
+        if request_id and "x-request-id" not in given:
+            headers["x-request-id"] = request_id
+        headers.update(given)
+        return headers
+
+    def _backoff(self, attempt: int) -> float:
+        ceiling = min(self._max_backoff_s, self._backoff_s * 2.0**attempt)
+        return ceiling / 2 + ceiling / 2 * self._jitter()
+
+
+def _parse_json(data: bytes) -> Any:
+    if not data:
+        return None
+    try:
+        return jsonlib.loads(data)
+    except ValueError:
+        return None
+
+
+def _retry_after_s(value: str | None, *, now: Callable[[], float] = time.time) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - now())
+
+
+# -- token sources -------------------------------------------------------------------------------
+
+
+def static_token(token: str) -> TokenSource:
+    """A token source that always returns ``token`` (the shared internal API token)."""
+    if not token:
+        raise ValueError("token must not be empty")
+    return lambda: token
+
+
+def fetch_metadata(url: str, headers: Mapping[str, str], *, timeout_s: float = 5.0) -> bytes:
+    """GET from the metadata server, bypassing any proxy; raises :class:`OSError` on failure."""
+    if not url.startswith("http://metadata.google.internal/"):
+        raise ValueError(f"not a metadata server URL: {url!r}")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(url, headers=dict(headers))  # noqa: S310 - URL checked above
+    with opener.open(request, timeout=timeout_s) as response:
+        body: bytes = response.read()
+        return body
+
+
+class _IdTokenCache:
+    def __init__(
+        self,
+        audience: str,
+        fetch: Callable[[str, Mapping[str, str]], bytes],
+        clock: Callable[[], float],
+        refresh_margin_s: float,
+    ) -> None:
+        query = urllib.parse.urlencode({"audience": audience, "format": "full"})
+        self._url = f"{METADATA_IDENTITY_URL}?{query}"
+        self._fetch = fetch
+        self._clock = clock
+        self._margin = refresh_margin_s
+        self._lock = threading.Lock()
+        self._token: str | None = None
+        self._refresh_at = float("-inf")
+
+    def __call__(self) -> str:
+        with self._lock:
+            if self._token is None or self._clock() >= self._refresh_at:
+                self._token, exp = self._mint()
+                self._refresh_at = exp - self._margin
+            return self._token
+
+    def _mint(self) -> tuple[str, float]:
+        try:
+            token = self._fetch(self._url, {"Metadata-Flavor": "Google"}).decode("ascii").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise Unavailable(
+                "could not get an ID token from the metadata server",
+                code="id_token_unavailable",
+                details={"reason": type(exc).__name__},
+            ) from None
+        try:
+            # Our own token, read only for its expiry: the API verifies the signature.
+            claims = jwt.decode(token, options={"verify_signature": False})
+        except jwt.InvalidTokenError:
+            raise Unavailable(
+                "the metadata server returned a malformed ID token", code="id_token_unavailable"
+            ) from None
+        exp = claims.get("exp")
+        if isinstance(exp, bool) or not isinstance(exp, int | float):
+            raise Unavailable("the metadata server returned an ID token without exp", code="id_token_unavailable")
+        return token, float(exp)
+
+
+def google_id_token_source(
+    audience: str,
+    *,
+    fetch: Callable[[str, Mapping[str, str]], bytes] = fetch_metadata,
+    clock: Callable[[], float] = time.time,
+    refresh_margin_s: float = 300.0,
+) -> TokenSource:
+    """A token source of Google ID tokens for ``audience`` from the metadata server.
+
+    A token is reused until ``refresh_margin_s`` (5 minutes) before its ``exp``. ``fetch(url,
+    headers)`` is injectable for tests. Raises :class:`~noetl_cloud.errors.Unavailable`
+    (``id_token_unavailable``) when the metadata server cannot give one.
+    """
+    if not audience:
+        raise ValueError("audience must not be empty")
+    return _IdTokenCache(audience, fetch, clock, refresh_margin_s)
+
+
+__all__ = [
+    "ApiClient",
+    "ApiResponse",
+    "TokenSource",
+    "UpstreamUnavailable",
+    "google_id_token_source",
+    "static_token",
+]
