@@ -86,9 +86,29 @@ def pgbench_tps(url: str, seconds: int) -> float:
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
         script.write(f"INSERT INTO bench_rows (body) VALUES ('{body}');\n")
     out = subprocess.run(
-        [str(pg_bindir() / "pgbench"), "-n", "-c", "4", "-j", "2", "-T", str(seconds), "-f", script.name,
-         "-h", str(u.host), "-p", str(u.port), "-U", str(u.username), DB],
-        env={**os.environ, "PGPASSWORD": str(u.password)}, capture_output=True, text=True, check=True,
+        [
+            str(pg_bindir() / "pgbench"),
+            "-n",
+            "-c",
+            "4",
+            "-j",
+            "2",
+            "-T",
+            str(seconds),
+            "-f",
+            script.name,
+            "-h",
+            str(u.host),
+            "-p",
+            str(u.port),
+            "-U",
+            str(u.username),
+            DB,
+        ],
+        env={**os.environ, "PGPASSWORD": str(u.password)},
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     os.unlink(script.name)
     match = re.search(r"tps = ([0-9.]+)", out)
@@ -98,13 +118,33 @@ def pgbench_tps(url: str, seconds: int) -> float:
 
 def start_role(env: dict[str, str], url: str, port: int, prefix: str) -> int:
     role_env = {
-        **os.environ, **env, "NOETL_DATABASE_URL": url, "NOETL_INTERNAL_API_TOKEN": TOKEN,
-        "NOETL_COMMAND_TOPIC_PREFIX": prefix, "NOETL_LOG_LEVEL": "WARNING", "NOETL_DB_POOL_SIZE": "8",
+        **os.environ,
+        **env,
+        "NOETL_DATABASE_URL": url,
+        "NOETL_INTERNAL_API_TOKEN": TOKEN,
+        "NOETL_COMMAND_TOPIC_PREFIX": prefix,
+        "NOETL_LOG_LEVEL": "WARNING",
+        "NOETL_DB_POOL_SIZE": "8",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--chdir", str(ROOT / "functions" / "execute"), "-w", "2",
-         "--threads", "8", "-b", f"127.0.0.1:{port}", "--log-level", "warning", "main:app"],
-        env=role_env, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--chdir",
+            str(ROOT / "functions" / "execute"),
+            "-w",
+            "2",
+            "--threads",
+            "8",
+            "-b",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "warning",
+            "main:app",
+        ],
+        env=role_env,
+        start_new_session=True,
     )
     if not wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), timeout=30):
         raise SystemExit("the execute role did not start")
@@ -160,7 +200,9 @@ def main() -> None:
         assert registered.status in (200, 201), registered.data
 
         def single() -> int:
-            r = http.request("POST", base + "/api/execute", json={"path": "bench/noop", "workload": {"n": 1}}, headers=auth)
+            r = http.request(
+                "POST", base + "/api/execute", json={"path": "bench/noop", "workload": {"n": 1}}, headers=auth
+            )
             return 1 if r.status == 202 else 0
 
         def batch(size: int) -> Callable[[], int]:
@@ -193,8 +235,10 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores; execute role: gunicorn 2 workers x 8 threads, loopback")
     print(f"baseline pgbench (-c 4 -j 2 -T {args.seconds}, one-row JSONB INSERT): {tps:,.0f} tps")
     for name, (rate, row_rate, started) in figures.items():
-        print(f"{name:<13} {rate:>9,.0f} executions/s  {row_rate:>9,.0f} rows/s  ({started} executions)"
-              f"  ratio {rate / tps:.3f}")
+        print(
+            f"{name:<13} {rate:>9,.0f} executions/s  {row_rate:>9,.0f} rows/s  ({started} executions)"
+            f"  ratio {rate / tps:.3f}"
+        )
     best = max(figures["batch of 100"][0], figures["batch of 500"][0])
     print(f"batch ratio: {best / tps:.3f}")
 

@@ -1,7 +1,7 @@
 """execute: the control-plane API (catalog, executions, subscriptions, listener configuration).
 
-    gunicorn --chdir functions/execute main:app                  # WSGI
-    functions-framework --source functions/execute/main.py --target execute
+gunicorn --chdir functions/execute main:app                  # WSGI
+functions-framework --source functions/execute/main.py --target execute
 """
 
 import os

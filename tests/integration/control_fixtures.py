@@ -110,14 +110,14 @@ def topics(control_settings: Settings) -> Iterator[Topics]:
         subscriber.create_subscription(name=subs[pool], topic=topic, ack_deadline_seconds=60)
     yield Topics(control_settings.command_topic_prefix, subscriber, subs)
     for pool, sub in subs.items():
-        for call in (
-            lambda: subscriber.delete_subscription(subscription=sub),
-            lambda: publisher.delete_topic(topic=publisher.topic_path(PROJECT, control_settings.command_topic(pool))),
-        ):
-            try:
-                call()
-            except NotFound:
-                pass
+        try:
+            subscriber.delete_subscription(subscription=sub)
+        except NotFound:
+            pass
+        try:
+            publisher.delete_topic(topic=publisher.topic_path(PROJECT, control_settings.command_topic(pool)))
+        except NotFound:
+            pass
     subscriber.close()
 
 

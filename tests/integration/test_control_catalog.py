@@ -40,8 +40,13 @@ def push(
     spool: str = "{mode: off}",
 ) -> str:
     return PUSH.format(
-        name=name, listener=listener, verify=verify, playbook=target,
-        pool=f", execution_pool: {pool}" if pool else "", directives=directives, spool=spool,
+        name=name,
+        listener=listener,
+        verify=verify,
+        playbook=target,
+        pool=f", execution_pool: {pool}" if pool else "",
+        directives=directives,
+        spool=spool,
     )
 
 
@@ -113,25 +118,52 @@ def test_invalid_yaml_and_root_vars_are_422(client: FlaskClient) -> None:
     [
         (push(verify="null"), "spec.ingress.verify"),
         (push(verify="{type: none}"), "spec.ingress.verify.type"),
-        (push(directives="[{header: x-noetl-route, controls: dispatch.playbook}]"), "spec.headers.directives.0.allowed"),
-        (push(directives="[{header: x-noetl-pool, controls: dispatch.execution_pool, allowed: []}]"),
-         "spec.headers.directives.0.allowed"),
+        (
+            push(directives="[{header: x-noetl-route, controls: dispatch.playbook}]"),
+            "spec.headers.directives.0.allowed",
+        ),
+        (
+            push(directives="[{header: x-noetl-pool, controls: dispatch.execution_pool, allowed: []}]"),
+            "spec.headers.directives.0.allowed",
+        ),
         (push(directives="[{header: x-priority, controls: priority}]"), "spec.headers.directives.0.map"),
-        (push(spool="{mode: buffer_and_ack, backend: gcs, bucket: b, ordering: global, drain: {on_recovery: interleave}}"),
-         "spec.spool.drain.on_recovery"),
+        (
+            push(
+                spool="{mode: buffer_and_ack, backend: gcs, bucket: b, ordering: global,"
+                " drain: {on_recovery: interleave}}"
+            ),
+            "spec.spool.drain.on_recovery",
+        ),
         (push(target="domain/unregistered"), "spec.dispatch.playbook"),
-        (push(directives="[{header: x-noetl-route, controls: dispatch.playbook, allowed: [domain/handle, domain/ghost]}]"),
-         "spec.headers.directives.0.allowed"),
+        (
+            push(
+                directives="[{header: x-noetl-route, controls: dispatch.playbook,"
+                " allowed: [domain/handle, domain/ghost]}]"
+            ),
+            "spec.headers.directives.0.allowed",
+        ),
         (push(pool="gpu"), "spec.dispatch.execution_pool"),
-        (push(directives="[{header: x-noetl-pool, controls: dispatch.execution_pool, allowed: [iot, gpu]}]"),
-         "spec.headers.directives.0.allowed"),
-        (push(directives="[{header: x-priority, controls: priority, map: {high: gpu}}]"),
-         "spec.headers.directives.0.map"),
+        (
+            push(directives="[{header: x-noetl-pool, controls: dispatch.execution_pool, allowed: [iot, gpu]}]"),
+            "spec.headers.directives.0.allowed",
+        ),
+        (
+            push(directives="[{header: x-priority, controls: priority, map: {high: gpu}}]"),
+            "spec.headers.directives.0.map",
+        ),
     ],
     ids=[
-        "push-without-verify", "verify-none", "route-directive-without-allowed", "pool-directive-empty-allowed",
-        "priority-without-map", "interleave-with-global-ordering", "dispatch-playbook-unregistered",
-        "route-target-unregistered", "unknown-dispatch-pool", "unknown-allowed-pool", "unknown-priority-pool",
+        "push-without-verify",
+        "verify-none",
+        "route-directive-without-allowed",
+        "pool-directive-empty-allowed",
+        "priority-without-map",
+        "interleave-with-global-ordering",
+        "dispatch-playbook-unregistered",
+        "route-target-unregistered",
+        "unknown-dispatch-pool",
+        "unknown-allowed-pool",
+        "unknown-priority-pool",
     ],
 )
 def test_rejected_subscription_specs_are_422_naming_the_field(client: FlaskClient, content: str, field: str) -> None:

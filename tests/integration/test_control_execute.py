@@ -49,8 +49,12 @@ def test_execute_writes_execution_events_command_and_publishes_the_notification(
 
     (message,) = topics.pull("shared", 1)
     data = json.loads(message.data)
-    assert data == {"execution_id": eid, "command_id": issued["payload"]["command_id"],
-                    "event_id": issued["event_id"], "step": "start"}
+    assert data == {
+        "execution_id": eid,
+        "command_id": issued["payload"]["command_id"],
+        "event_id": issued["event_id"],
+        "step": "start",
+    }
     assert message.attributes["traceparent"] == TRACEPARENT and message.attributes["execution_id"] == eid
 
     detail = ready.get(f"/api/executions/{eid}").get_json()
@@ -88,8 +92,9 @@ def test_pool_routes_to_its_topic_and_unknown_pools_are_refused(ready: FlaskClie
 
 
 def test_a_request_without_trace_inherits_the_parents_trace(ready: FlaskClient, topics: Topics) -> None:
-    parent = ready.post("/api/execute", json={"path": "domain/handle", "trace": {"traceparent": TRACEPARENT,
-                                                                                 "tracestate": "v=1"}})
+    parent = ready.post(
+        "/api/execute", json={"path": "domain/handle", "trace": {"traceparent": TRACEPARENT, "tracestate": "v=1"}}
+    )
     pid = parent.get_json()["execution_id"]
     child = ready.post("/api/execute", json={"path": "domain/handle", "parent_execution_id": pid})
     detail = ready.get(f"/api/executions/{child.get_json()['execution_id']}").get_json()
@@ -210,7 +215,9 @@ def test_a_failed_publish_stays_in_the_outbox_until_the_sweep(
     publisher.delete_topic(topic=topic)  # the iot topic is gone: publishing to it fails
     eid = ready.post("/api/execute", json={"path": "domain/handle", "execution_pool": "iot"}).get_json()["execution_id"]
     with plane.engine.connect() as conn:
-        row = conn.execute(select(outbox.c.status, outbox.c.attempts).where(outbox.c.topic == topic.split("/")[-1])).one()
+        row = conn.execute(
+            select(outbox.c.status, outbox.c.attempts).where(outbox.c.topic == topic.split("/")[-1])
+        ).one()
     assert (row.status, row.attempts) == ("pending", 1)
     publisher.create_topic(name=topic)
     topics.subscriber.create_subscription(name=topics.subscriptions["iot"], topic=topic)

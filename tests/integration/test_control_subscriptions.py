@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Any
 
@@ -68,8 +69,13 @@ def test_full_lifecycle_writes_one_event_per_transition(subscribed: FlaskClient,
     sid = subscribed.post("/api/subscriptions/register", json={"path": "subscriptions/hooks"}).get_json()[
         "subscription_id"
     ]
-    for action, state in [("activate", "active"), ("pause", "paused"), ("resume", "active"),
-                          ("drain", "draining"), ("deactivate", "deactivated")]:
+    for action, state in [
+        ("activate", "active"),
+        ("pause", "paused"),
+        ("resume", "active"),
+        ("drain", "draining"),
+        ("deactivate", "deactivated"),
+    ]:
         response = act(subscribed, sid, action)
         assert response.status_code == 200 and response.get_json()["state"] == state
     assert trail(plane, sid) == [
@@ -128,7 +134,7 @@ def test_concurrent_transitions_never_skip_a_state(subscribed: FlaskClient, plan
     assert len(events) == 2 + successes  # registered, activated, then one event per successful call
     assert [v for *_, v in events] == list(range(1, len(events) + 1))
     action_of = {event_type: action for action, (_, _, event_type) in TRANSITIONS.items()}
-    for (_, _, previous_to, _), (event_type, from_state, to_state, _) in zip(events, events[1:], strict=False):
+    for (_, _, previous_to, _), (event_type, from_state, to_state, _) in itertools.pairwise(events):
         allowed, target, _ = TRANSITIONS[action_of[event_type]]
         assert from_state == previous_to and from_state in allowed and to_state == target
     assert subscribed.get(f"/api/subscriptions/{sid}").get_json()["state"] == events[-1][2]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flask import Flask, Response, g, request
+from flask import Flask, Response, g, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field
 
 from noetl_cloud.auth.internal import InternalAuth, install
@@ -81,8 +81,11 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     @app.post("/api/execute")
     def execute() -> tuple[dict[str, Any], int]:
         result = plane.executions.start_one(json_body(ExecuteRequest))
-        return {"execution_id": result.execution_id, "status": result.status,
-                "execution_pool": result.execution_pool}, 202
+        return {
+            "execution_id": result.execution_id,
+            "status": result.status,
+            "execution_pool": result.execution_pool,
+        }, 202
 
     @app.post("/api/execute/batch")
     def execute_batch() -> dict[str, Any]:
@@ -135,7 +138,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     def listener_config(listener: str) -> Response:
         if settings.ingress_principals and g.caller.principal not in settings.ingress_principals:
             raise Forbidden("only the ingress role reads listener configuration", code="not_ingress")
-        response = app.json.response(plane.listeners.config(listener))
+        response = jsonify(plane.listeners.config(listener))
         response.headers["Cache-Control"] = "no-store"
         return response
 

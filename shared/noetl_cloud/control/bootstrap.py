@@ -71,15 +71,26 @@ class ControlPlane:
     def catalog(self) -> CatalogService:
         s = self.settings
         return CatalogService(
-            self.engine, self.store, self.ids, self.events,
-            tenant_id=s.tenant_id, organization_id=s.organization_id, pools=s.pools,
+            self.engine,
+            self.store,
+            self.ids,
+            self.events,
+            tenant_id=s.tenant_id,
+            organization_id=s.organization_id,
+            pools=s.pools,
         )
 
     @cached_property
     def executions(self) -> ExecutionService:
         return ExecutionService(
-            self.engine, self.store, self.relay, self.catalog, self.ids, self.events,
-            pools=self.settings.pools, command_topic_prefix=self.settings.command_topic_prefix,
+            self.engine,
+            self.store,
+            self.relay,
+            self.catalog,
+            self.ids,
+            self.events,
+            pools=self.settings.pools,
+            command_topic_prefix=self.settings.command_topic_prefix,
         )
 
     @cached_property

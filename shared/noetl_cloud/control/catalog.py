@@ -185,7 +185,9 @@ class CatalogService:
             )
         }
         if spec.dispatch.playbook not in playbooks:
-            problems.append(_problem("spec.dispatch.playbook", f"playbook {spec.dispatch.playbook!r} is not registered"))
+            problems.append(
+                _problem("spec.dispatch.playbook", f"playbook {spec.dispatch.playbook!r} is not registered")
+            )
         if spec.dispatch.execution_pool and spec.dispatch.execution_pool not in self.pools:
             problems.append(_problem("spec.dispatch.execution_pool", self._pool_message(spec.dispatch.execution_pool)))
         for i, directive in enumerate(spec.headers.directives):

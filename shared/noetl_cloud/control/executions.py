@@ -109,7 +109,9 @@ class ExecutionService:
                 parsed.append(ExecuteRequest.model_validate(raw))
             except ValidationError as exc:
                 parsed.append(
-                    _error(index, ValidationFailed("execution request failed validation", details=validation_details(exc)))
+                    _error(
+                        index, ValidationFailed("execution request failed validation", details=validation_details(exc))
+                    )
                 )
         requests = [p for p in parsed if isinstance(p, ExecuteRequest)]
         started = iter(self.start_many(requests))
@@ -203,7 +205,9 @@ class ExecutionService:
         ids = {int(r.parent_execution_id) for r in requests if r.parent_execution_id and r.trace is None}
         if not ids:
             return {}
-        rows = conn.execute(select(execution.c.execution_id, execution.c.trace).where(execution.c.execution_id.in_(ids)))
+        rows = conn.execute(
+            select(execution.c.execution_id, execution.c.trace).where(execution.c.execution_id.in_(ids))
+        )
         return {r.execution_id: r.trace for r in rows}
 
     # -- dedup window -------------------------------------------------------------------------
@@ -222,7 +226,9 @@ class ExecutionService:
             if key in seen:  # the same key twice in one batch: the second is a duplicate of the first
                 first = seen[key]
                 results[plan.index] = ItemResult(
-                    index=plan.index, status="duplicate", execution_id=str(first.execution_id),
+                    index=plan.index,
+                    status="duplicate",
+                    execution_id=str(first.execution_id),
                     execution_pool=first.pool,
                 )
                 self._dedup_event(conn, plan, first.execution_id, first.pool)
@@ -236,7 +242,10 @@ class ExecutionService:
                     "WHERE subscription_dedup.expires_at <= EXCLUDED.seen_at RETURNING execution_id"
                 ),
                 {
-                    "scope": key[0], "key": key[1], "eid": plan.execution_id, "now": now,
+                    "scope": key[0],
+                    "key": key[1],
+                    "eid": plan.execution_id,
+                    "now": now,
                     "expires": now + timedelta(seconds=plan.request.dedup.window_secs),
                 },
             ).scalar()
@@ -253,7 +262,9 @@ class ExecutionService:
                 {"scope": key[0], "key": key[1]},
             ).one()
             results[plan.index] = ItemResult(
-                index=plan.index, status="duplicate", execution_id=str(original.execution_id),
+                index=plan.index,
+                status="duplicate",
+                execution_id=str(original.execution_id),
                 execution_pool=original.execution_pool,
             )
             self._dedup_event(conn, plan, original.execution_id, original.execution_pool)
@@ -331,18 +342,29 @@ class ExecutionService:
             streams.append((stream, plan.events))
             execution_rows.append(
                 {
-                    "execution_id": plan.execution_id, "tenant_id": tenant, "organization_id": org,
-                    "catalog_id": int(entry.catalog_id), "path": entry.path, "version": entry.version,
-                    "status": "started", "execution_pool": plan.pool,
+                    "execution_id": plan.execution_id,
+                    "tenant_id": tenant,
+                    "organization_id": org,
+                    "catalog_id": int(entry.catalog_id),
+                    "path": entry.path,
+                    "version": entry.version,
+                    "status": "started",
+                    "execution_pool": plan.pool,
                     "parent_execution_id": int(request.parent_execution_id) if request.parent_execution_id else None,
-                    "trace": plan.trace, "meta": request.meta,
+                    "trace": plan.trace,
+                    "meta": request.meta,
                 }
             )
             command_rows.append(
                 {
-                    "command_id": plan.command_id, "execution_id": plan.execution_id, "tenant_id": tenant,
-                    "organization_id": org, "step": plan.step, "execution_pool": plan.pool,
-                    "trace": plan.trace, "issued_event_id": int(issued.event_id),
+                    "command_id": plan.command_id,
+                    "execution_id": plan.execution_id,
+                    "tenant_id": tenant,
+                    "organization_id": org,
+                    "step": plan.step,
+                    "execution_pool": plan.pool,
+                    "trace": plan.trace,
+                    "issued_event_id": int(issued.event_id),
                 }
             )
             attributes = {"execution_id": eid, "command_id": cid, "step": plan.step}
@@ -363,7 +385,9 @@ class ExecutionService:
         out: list[OutboxRow] = []
         for chunk in chunks(note_rows):
             returned = conn.execute(
-                pg_insert(outbox).values(list(chunk)).returning(
+                pg_insert(outbox)
+                .values(list(chunk))
+                .returning(
                     outbox.c.outbox_id, outbox.c.topic, outbox.c.data, outbox.c.attributes, outbox.c.ordering_key
                 )
             )

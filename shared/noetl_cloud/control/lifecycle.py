@@ -27,7 +27,11 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str, str]] = {
     "pause": (frozenset({"active"}), "paused", "subscription.paused"),
     "resume": (frozenset({"paused"}), "active", "subscription.resumed"),
     "drain": (frozenset({"active", "paused"}), "draining", "subscription.draining"),
-    "deactivate": (frozenset({"registered", "active", "paused", "draining"}), "deactivated", "subscription.deactivated"),
+    "deactivate": (
+        frozenset({"registered", "active", "paused", "draining"}),
+        "deactivated",
+        "subscription.deactivated",
+    ),
 }
 
 
@@ -106,8 +110,12 @@ class SubscriptionService:
                         stream_id=stream,
                         aggregate_type="subscription",
                         aggregate_id=str(subscription_id),
-                        payload={"path": path, "catalog_id": entry.catalog_id, "version": entry.version,
-                                 "to_state": "registered"},
+                        payload={
+                            "path": path,
+                            "catalog_id": entry.catalog_id,
+                            "version": entry.version,
+                            "to_state": "registered",
+                        },
                     )
                 ],
                 expected_version=0,

@@ -197,9 +197,7 @@ subscription = Table(
     Column("version", Integer, nullable=False),
     _now(),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
-    CheckConstraint(
-        "state IN ('registered', 'active', 'paused', 'draining', 'deactivated')", name="state_known"
-    ),
+    CheckConstraint("state IN ('registered', 'active', 'paused', 'draining', 'deactivated')", name="state_known"),
     Index(
         "uq_subscription_live_path",
         "tenant_id",

@@ -167,11 +167,18 @@ class PostgresEventStore:
         ]
         heads = [{"stream_id": stream_id, "version": len(events)} for stream_id, events in streams]
         for chunk in chunks(heads):
-            created = conn.execute(
-                pg_insert(stream_table).values(list(chunk)).on_conflict_do_nothing().returning(stream_table.c.stream_id)
-            ).scalars().all()
+            created = (
+                conn.execute(
+                    pg_insert(stream_table)
+                    .values(list(chunk))
+                    .on_conflict_do_nothing()
+                    .returning(stream_table.c.stream_id)
+                )
+                .scalars()
+                .all()
+            )
             if len(created) != len(chunk):
-                taken = sorted({h["stream_id"] for h in chunk} - set(created))[0]
+                taken = sorted({str(h["stream_id"]) for h in chunk} - set(created))[0]
                 raise StreamVersionConflict(taken, 0, self._version_in(conn, taken))
         inserted = 0
         for chunk in chunks([_row(e) for e in sealed]):

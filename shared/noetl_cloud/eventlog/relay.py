@@ -76,7 +76,9 @@ class OutboxRelay:
                 conn.execute(_MARK_FAILED, {"ids": failed})
         return len(ok)
 
-    def sweep(self, *, topic_prefix: str, limit: int = 500, grace_s: float = 30.0, lease_s: float = 60.0) -> dict[str, int]:
+    def sweep(
+        self, *, topic_prefix: str, limit: int = 500, grace_s: float = 30.0, lease_s: float = 60.0
+    ) -> dict[str, int]:
         """Publish rows left behind; returns counts of claimed and published rows."""
         with self.engine.begin() as conn:
             claimed = [

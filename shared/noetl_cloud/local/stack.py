@@ -215,7 +215,6 @@ class LocalStack:
         finally:
             engine.dispose()
 
-
     def _ensure_topics(self, env: dict[str, str]) -> list[str]:
         """The Pub/Sub topics the roles publish to: one command topic per pool, and the events topic."""
         from noetl_cloud.messaging.pubsub import PubSubPublisher

@@ -1,5 +1,5 @@
 """Messaging: the publisher port and its Pub/Sub and in-memory adapters."""
 
-from noetl_cloud.messaging.port import OutboundMessage, PublishFailed, Publisher
+from noetl_cloud.messaging.port import OutboundMessage, Publisher, PublishFailed
 
 __all__ = ["OutboundMessage", "PublishFailed", "Publisher"]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from concurrent import futures
 
 from google.api_core.exceptions import AlreadyExists, GoogleAPICallError
-from google.cloud import pubsub_v1
+from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
 from noetl_cloud.messaging.port import OutboundMessage
 
@@ -30,7 +30,7 @@ class PubSubPublisher:
         transport = None
         if emulator_host:
             # Named explicitly rather than left to the client's own read of PUBSUB_EMULATOR_HOST.
-            import grpc
+            import grpc  # type: ignore[import-untyped]
             from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
 
             transport = PublisherGrpcTransport(channel=grpc.insecure_channel(emulator_host))
@@ -43,7 +43,7 @@ class PubSubPublisher:
         )
 
     def topic_path(self, topic: str) -> str:
-        return self.client.topic_path(self.project_id, topic)
+        return str(self.client.topic_path(self.project_id, topic))
 
     def publish(self, messages: Sequence[OutboundMessage]) -> list[str | None]:
         pending: list[futures.Future[str] | None] = []
