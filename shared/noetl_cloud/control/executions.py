@@ -19,11 +19,10 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, func, select, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from noetl_cloud.control.catalog import CatalogEntry, CatalogService
 from noetl_cloud.control.models import ExecuteRequest, ItemResult
-from noetl_cloud.db.bulk import chunks, insert_rows
+from noetl_cloud.db.bulk import insert_rows
 from noetl_cloud.db.schema import command, event, execution, outbox
 from noetl_cloud.envelope import EventEnvelope, EventFactory, utc_now
 from noetl_cloud.errors import Conflict, NoetlError, NotFound, ValidationFailed
@@ -382,17 +381,11 @@ class ExecutionService:
         insert_rows(conn, execution, execution_rows)
         self.store.append_new_streams_in(conn, streams)
         insert_rows(conn, command, command_rows)
-        out: list[OutboxRow] = []
-        for chunk in chunks(note_rows):
-            returned = conn.execute(
-                pg_insert(outbox)
-                .values(list(chunk))
-                .returning(
-                    outbox.c.outbox_id, outbox.c.topic, outbox.c.data, outbox.c.attributes, outbox.c.ordering_key
-                )
-            )
-            out.extend(OutboxRow(r.outbox_id, r.topic, r.data, r.attributes, r.ordering_key) for r in returned)
-        return out
+        returned = insert_rows(
+            conn, outbox, note_rows, suffix="RETURNING outbox_id, topic, data, attributes, ordering_key"
+        )
+        assert returned is not None
+        return [OutboxRow(r.outbox_id, r.topic, r.data, r.attributes, r.ordering_key) for r in returned]
 
     def reclaim_dedup(self, limit: int = 10_000) -> int:
         """Delete dedup keys whose window has passed (a late duplicate then starts a new execution)."""

@@ -1,23 +1,56 @@
-"""Multi-row statements in chunks: pg8000 takes at most 32,767 bind parameters per statement."""
+"""Bulk inserts as one JSON parameter, expanded by the server with ``jsonb_to_recordset``.
+
+A multi-row ``INSERT ... VALUES`` of a few hundred rows costs the client more than the server:
+SQLAlchemy compiles a statement with one bind parameter per cell (thousands), and pg8000 rewrites
+that statement's parameter style character by character; pg8000 also caps a statement at 32,767
+parameters. Sending the rows as one JSON array instead keeps the statement small, constant and
+cached, whatever the number of rows:
+
+    INSERT INTO t (a, b) SELECT a, b FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(a bigint, b text)
+
+Columns are typed from the table definition; datetimes travel as ISO 8601 text, JSONB columns as
+nested JSON.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
 
-from sqlalchemy import Connection, Table
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import Connection, CursorResult, Table, text
+from sqlalchemy.dialects import postgresql
 
-T = TypeVar("T")
-CHUNK_ROWS = 400  # x at most ~25 columns keeps a statement well under the parameter limit
-
-
-def chunks(rows: Sequence[T], size: int = CHUNK_ROWS) -> Iterator[Sequence[T]]:
-    for start in range(0, len(rows), size):
-        yield rows[start : start + size]
+_DIALECT = postgresql.dialect()
 
 
-def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
-    """INSERT ``rows`` with as few multi-row statements as the parameter limit allows."""
-    for chunk in chunks(rows):
-        conn.execute(pg_insert(table).values(list(chunk)))
+def _default(value: Any) -> Any:  # noqa: D103
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+@lru_cache(maxsize=128)
+def _statement(table: Table, columns: tuple[str, ...], suffix: str) -> Any:
+    names = ", ".join(f'"{c}"' for c in columns)
+    types = ", ".join(f'"{c}" {table.c[c].type.compile(dialect=_DIALECT)}' for c in columns)
+    return text(
+        f'INSERT INTO "{table.name}" ({names}) '
+        f"SELECT {names} FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r({types}) {suffix}"
+    )
+
+
+def insert_rows(
+    conn: Connection, table: Table, rows: Sequence[dict[str, Any]], *, suffix: str = ""
+) -> CursorResult[Any] | None:
+    """INSERT ``rows`` (all with the same keys) in one statement.
+
+    ``suffix`` is appended verbatim (``ON CONFLICT ...``, ``RETURNING ...``); it must be a constant
+    of the caller's code, never data.
+    """
+    if not rows:
+        return None
+    statement = _statement(table, tuple(rows[0]), suffix)
+    return conn.execute(statement, {"rows": json.dumps(rows, default=_default, separators=(",", ":"))})

@@ -13,10 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine, select, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 
-from noetl_cloud.db.bulk import chunks, insert_rows
+from noetl_cloud.db.bulk import insert_rows
 from noetl_cloud.db.schema import event as event_table
 from noetl_cloud.db.schema import outbox as outbox_table
 from noetl_cloud.db.schema import stream as stream_table
@@ -134,22 +133,21 @@ class PostgresEventStore:
         first = version - n + 1
         now = utc_now()
         sealed = [e.sealed(stream_version=first + i, ingest_time=now) for i, e in enumerate(events)]
-        insert = (
-            pg_insert(event_table)
-            .values([_row(e) for e in sealed])
-            .on_conflict_do_nothing(index_elements=["idempotency_key"])
-            .returning(event_table.c.event_id)
-        )
         try:
-            inserted = conn.execute(insert).scalars().all()
+            result = insert_rows(
+                conn, event_table, [_row(e) for e in sealed],
+                suffix="ON CONFLICT (idempotency_key) DO NOTHING RETURNING event_id",
+            )
         except IntegrityError as exc:
             if "pk_event" in str(exc.orig):
                 raise DuplicateEventId("an event id in this batch is already stored") from None
             raise
+        assert result is not None
+        inserted = result.scalars().all()
         if len(inserted) != n:
             keys = [e.idempotency_key for e in sealed if e.idempotency_key is not None]
             raise DuplicateIdempotencyKey(self._used_keys(conn, keys, set(inserted)))
-        conn.execute(pg_insert(outbox_table).values([outbox_message(e, self.events_topic) for e in sealed]))
+        insert_rows(conn, outbox_table, [outbox_message(e, self.events_topic) for e in sealed])
         return sealed
 
     def append_new_streams_in(self, conn: Connection, streams: Sequence[tuple[str, Sequence[EventEnvelope]]]) -> None:
@@ -166,31 +164,18 @@ class PostgresEventStore:
             e.sealed(stream_version=i, ingest_time=now) for _stream, events in streams for i, e in enumerate(events, 1)
         ]
         heads = [{"stream_id": stream_id, "version": len(events)} for stream_id, events in streams]
-        for chunk in chunks(heads):
-            created = (
-                conn.execute(
-                    pg_insert(stream_table)
-                    .values(list(chunk))
-                    .on_conflict_do_nothing()
-                    .returning(stream_table.c.stream_id)
-                )
-                .scalars()
-                .all()
-            )
-            if len(created) != len(chunk):
-                taken = sorted({str(h["stream_id"]) for h in chunk} - set(created))[0]
-                raise StreamVersionConflict(taken, 0, self._version_in(conn, taken))
-        inserted = 0
-        for chunk in chunks([_row(e) for e in sealed]):
-            inserted += len(
-                conn.execute(
-                    pg_insert(event_table)
-                    .values(list(chunk))
-                    .on_conflict_do_nothing(index_elements=["idempotency_key"])
-                    .returning(event_table.c.event_id)
-                ).all()
-            )
-        if inserted != len(sealed):
+        created = insert_rows(conn, stream_table, heads, suffix="ON CONFLICT DO NOTHING RETURNING stream_id")
+        assert created is not None
+        made = set(created.scalars().all())
+        if len(made) != len(heads):
+            taken = sorted({str(h["stream_id"]) for h in heads} - made)[0]
+            raise StreamVersionConflict(taken, 0, self._version_in(conn, taken))
+        inserted = insert_rows(
+            conn, event_table, [_row(e) for e in sealed],
+            suffix="ON CONFLICT (idempotency_key) DO NOTHING RETURNING event_id",
+        )
+        assert inserted is not None
+        if len(inserted.all()) != len(sealed):
             keys = [e.idempotency_key for e in sealed if e.idempotency_key is not None]
             raise DuplicateIdempotencyKey(keys)
         insert_rows(conn, outbox_table, [outbox_message(e, self.events_topic) for e in sealed])

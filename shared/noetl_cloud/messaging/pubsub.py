@@ -23,7 +23,7 @@ class PubSubPublisher:
         *,
         emulator_host: str | None = None,
         timeout_s: float = 30.0,
-        max_latency_s: float = 0.005,
+        max_latency_s: float = 0.001,
     ) -> None:
         self.project_id = project_id
         self.timeout_s = timeout_s
