@@ -21,7 +21,7 @@ prerequisites:
 
 ## The local stack (PostgreSQL, Pub/Sub, Firestore, GCS, S3) plus the roles that exist so far.
 up: $(STAMP) prerequisites
-	$(BIN)/noetl-cloud local up
+	$(BIN)/noetl-cloud local up --roles all
 
 down:
 	@test -x $(BIN)/noetl-cloud && $(BIN)/noetl-cloud local down || true
@@ -31,7 +31,7 @@ status: $(STAMP)
 
 ## Every tier (unit, integration, e2e) against the real local stack.
 test: $(STAMP) prerequisites
-	$(BIN)/noetl-cloud local up
+	$(BIN)/noetl-cloud local up --roles all
 	$(BIN)/pytest
 
 test-unit: $(STAMP)

@@ -20,7 +20,8 @@ def _local(args: argparse.Namespace) -> int:
 
     stack = LocalStack.from_env(os.environ)
     if args.action == "up":
-        stack.up()
+        roles = stack.available_roles() if args.roles == "all" else [r for r in args.roles.split(",") if r]
+        stack.up(roles=roles)
     elif args.action == "down":
         stack.down(purge=args.purge)
     elif args.action == "env":
@@ -67,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("action", choices=["up", "down", "status", "env"])
     local.add_argument("--json", action="store_true", help="status as JSON")
     local.add_argument("--purge", action="store_true", help="down: also delete the state folder and its data")
+    local.add_argument(
+        "--roles", default="", help="up: roles to run too, comma-separated, or 'all' (every functions/<role>)"
+    )
     local.set_defaults(handler=_local)
 
     db = sub.add_parser("db", help="database migrations (reads NOETL_DATABASE_URL or NOETL_CLOUDSQL_INSTANCE)")

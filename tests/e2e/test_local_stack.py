@@ -17,7 +17,7 @@ import pytest
 from noetl_cloud.local.process import cmdline, port_open
 
 PORT_BASE = "16430"
-COMPONENTS = ["postgres", "pubsub", "firestore", "gcs", "s3"]
+COMPONENTS = ["postgres", "pubsub", "firestore", "gcs", "s3", "execute"]
 
 
 def cli(state: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -40,7 +40,7 @@ def state(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_up_status_second_up_and_down(state: Path) -> None:
-    first = cli(state, "up")
+    first = cli(state, "up", "--roles", "all")
     for name in COMPONENTS:
         assert f"{name:<10} started in" in first.stdout, first.stdout
     assert "migrations applied" in first.stdout
@@ -51,7 +51,7 @@ def test_up_status_second_up_and_down(state: Path) -> None:
     pids = {s["name"]: s["pid"] for s in status}
     ports = [s["port"] for s in status]
 
-    second = cli(state, "up")
+    second = cli(state, "up", "--roles", "all")
     assert all(f"{name:<10} reused" in second.stdout for name in COMPONENTS), second.stdout
     assert "started in" not in second.stdout
     assert {s["name"]: s["pid"] for s in json.loads(cli(state, "status", "--json").stdout)} == pids
@@ -59,6 +59,7 @@ def test_up_status_second_up_and_down(state: Path) -> None:
     env = cli(state, "env").stdout
     assert f"PUBSUB_EMULATOR_HOST='127.0.0.1:{int(PORT_BASE) + 5}'" in env
     assert f"@127.0.0.1:{int(PORT_BASE) + 2}/noetl'" in env
+    assert f"NOETL_API_URL='http://127.0.0.1:{int(PORT_BASE) + 10}'" in env and "NOETL_INTERNAL_API_TOKEN=" in env
 
     cli(state, "down")
     assert not any(port_open(port) for port in ports)

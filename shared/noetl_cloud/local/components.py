@@ -409,3 +409,35 @@ def s3(state_dir: Path, port: int) -> Component:
         },
         log_path=log_path,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The roles (functions/<role>/main.py), served by gunicorn as the container image does
+
+
+def role(state_dir: Path, port: int, name: str, root: Path, env: dict[str, str]) -> Component:
+    log_path = state_dir / "logs" / f"{name}.log"
+    source = root / "functions" / name
+
+    def start() -> int:
+        if not (source / "main.py").exists():
+            raise StackError(f"no role {name!r}: {source / 'main.py'} does not exist")
+        return process.spawn(
+            [
+                sys.executable, "-m", "gunicorn", "--chdir", str(source), "--workers", "2", "--threads", "8",
+                "--bind", f"127.0.0.1:{port}", "--access-logfile", "-", "--graceful-timeout", "10", "main:app",
+            ],
+            log_path=log_path,
+            env={**os.environ, **env, "NOETL_ROLE": name},
+        )
+
+    return Component(
+        name=name,
+        port=port,
+        marker=f"127.0.0.1:{port}",
+        start=start,
+        healthy=lambda: process.http_ok(f"http://127.0.0.1:{port}/healthz"),
+        stop=process.stop_group,
+        env={},
+        log_path=log_path,
+    )

@@ -12,6 +12,7 @@ port that answers but was not started by this state folder is an error, never si
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +25,8 @@ from noetl_cloud.local.components import PROJECT_ID, Component, Ports, StackErro
 
 DEFAULT_PORT_BASE = 15430
 ORDER = ("postgres", "pubsub", "firestore", "gcs", "s3")
+ROLE_PORTS = {"execute": 10, "ingress": 11, "worker": 12, "projector": 13, "frames": 14, "spool_drainer": 15,
+              "subscription_runtime": 16}
 START_TIMEOUT_S = 90.0
 
 
@@ -48,10 +51,15 @@ class ComponentStatus:
 
 class LocalStack:
     def __init__(
-        self, state_dir: Path, port_base: int = DEFAULT_PORT_BASE, pools: tuple[str, ...] = ("shared",)
+        self,
+        state_dir: Path,
+        port_base: int = DEFAULT_PORT_BASE,
+        pools: tuple[str, ...] = ("shared",),
+        root: Path | None = None,
     ) -> None:
         self.state_dir = state_dir
         self.pools = pools
+        self.root = root or Path.cwd()
         self.ports = Ports.from_base(port_base)
         self.port_base = port_base
         self.state_file = state_dir / "stack.json"
@@ -77,6 +85,15 @@ class LocalStack:
         }
         return {name: factories[name]() for name in ORDER}
 
+    def available_roles(self) -> list[str]:
+        """The roles this checkout has (``functions/<role>/main.py``), in start order."""
+        return [r for r in ROLE_PORTS if (self.root / "functions" / r / "main.py").exists()]
+
+    def role_components(self, roles: list[str], env: dict[str, str]) -> dict[str, Component]:
+        return {
+            r: components.role(self.state_dir, self.port_base + ROLE_PORTS[r], r, self.root, env) for r in roles
+        }
+
     # -- state file ---------------------------------------------------------------------------
 
     def _load(self) -> dict[str, Any]:
@@ -94,15 +111,39 @@ class LocalStack:
 
     # -- commands -----------------------------------------------------------------------------
 
-    def up(self, echo: Callable[[str], None] = print) -> dict[str, str]:
-        """Start what is not running, wait until each answers, migrate; the connection env."""
+    def up(self, echo: Callable[[str], None] = print, roles: list[str] | None = None) -> dict[str, str]:
+        """Start what is not running, wait until each answers, migrate, create the topics, start
+        ``roles``; the connection environment."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / ".gitignore").write_text("*\n")
         state = self._load()
         recorded: dict[str, Any] = state.setdefault("components", {})
         comps = self.components()
         total = time.monotonic()
-        for name in ORDER:
+        self._start(ORDER, comps, recorded, state, echo)
+        env = self._env(comps)
+        migrated = time.monotonic()
+        self._migrate(env)
+        echo(f"{'migrations':<10} applied in {time.monotonic() - migrated:5.2f} s")
+        topics = self._ensure_topics(env)
+        echo(f"{'topics':<10} {', '.join(topics)}")
+        if roles:
+            env.update(self._role_env(env))
+            role_comps = self.role_components(roles, env)
+            self._start(tuple(roles), role_comps, recorded, state, echo)
+        self._write_env(env)
+        echo(f"stack up in {time.monotonic() - total:.2f} s; environment: {self.env_file}")
+        return env
+
+    def _start(
+        self,
+        names: tuple[str, ...],
+        comps: dict[str, Component],
+        recorded: dict[str, Any],
+        state: dict[str, Any],
+        echo: Callable[[str], None],
+    ) -> None:
+        for name in names:
             comp = comps[name]
             entry = recorded.get(name, {})
             if process.alive(entry.get("pid"), comp.marker) and comp.healthy():
@@ -125,15 +166,18 @@ class LocalStack:
             recorded[name] = {"pid": pid, "port": comp.port, "startup_seconds": seconds, "started_at": time.time()}
             self._save(state)
             echo(f"{name:<10} started in {seconds:5.2f} s  port {comp.port}  (pid {pid})")
-        env = self._env(comps)
-        self._write_env(env)
-        migrated = time.monotonic()
-        self._migrate(env)
-        echo(f"{'migrations':<10} applied in {time.monotonic() - migrated:5.2f} s")
-        topics = self._ensure_topics(env)
-        echo(f"{'topics':<10} {', '.join(topics)}")
-        echo(f"stack up in {time.monotonic() - total:.2f} s; environment: {self.env_file}")
-        return env
+
+    def _role_env(self, env: dict[str, str]) -> dict[str, str]:
+        """What the roles need beyond the stack: the internal API token (made once per state
+        folder) and the control plane's URL."""
+        token_file = self.state_dir / "api_token"
+        if not token_file.exists():
+            token_file.write_text(secrets.token_hex(24))
+            token_file.chmod(0o600)
+        return {
+            "NOETL_INTERNAL_API_TOKEN": token_file.read_text().strip(),
+            "NOETL_API_URL": f"http://127.0.0.1:{self.port_base + ROLE_PORTS['execute']}",
+        }
 
     def down(self, echo: Callable[[str], None] = print, *, purge: bool = False) -> None:
         """Stop what this state folder started; with ``purge`` also delete its data."""
@@ -141,8 +185,8 @@ class LocalStack:
         recorded: dict[str, Any] = state.get("components", {})
         if not recorded:
             echo("nothing to stop")
-        comps = self.components()
-        for name in reversed(ORDER):
+        comps = {**self.components(), **self.role_components(self._recorded_roles(recorded), {})}
+        for name in [*reversed(list(ROLE_PORTS)), *reversed(ORDER)]:
             entry = recorded.get(name)
             if entry is None:
                 continue
@@ -163,7 +207,8 @@ class LocalStack:
     def status(self) -> list[ComponentStatus]:
         recorded = self._load().get("components", {})
         out = []
-        for name, comp in self.components().items():
+        comps = {**self.components(), **self.role_components(self._recorded_roles(recorded), {})}
+        for name, comp in comps.items():
             entry = recorded.get(name, {})
             running = process.alive(entry.get("pid"), comp.marker)
             out.append(
@@ -185,6 +230,10 @@ class LocalStack:
         except OSError:
             raise StackError(f"the local stack is not up (no {self.env_file}): run `noetl-cloud local up`") from None
         return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+    @staticmethod
+    def _recorded_roles(recorded: dict[str, Any]) -> list[str]:
+        return [r for r in ROLE_PORTS if r in recorded]
 
     # -- helpers ------------------------------------------------------------------------------
 
