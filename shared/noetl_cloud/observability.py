@@ -16,6 +16,7 @@ import logging
 import re
 import secrets
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -136,6 +137,42 @@ class CloudLoggingFormatter(logging.Formatter):
         if record.exc_info:
             entry["stack_trace"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+class Counters:
+    """Monotonic counters with labels, exposed in the Prometheus text format (``GET /metrics``)."""
+
+    def __init__(self, namespace: str = "noetl") -> None:
+        self.namespace = namespace
+        self._values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self._lock = threading.Lock()
+
+    def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
+        key = (name, tuple(sorted(labels.items())))
+        with self._lock:
+            self._values[key] = self._values.get(key, 0.0) + amount
+
+    def value(self, name: str, **labels: str) -> float:
+        with self._lock:
+            return self._values.get((name, tuple(sorted(labels.items()))), 0.0)
+
+    def exposition(self) -> str:
+        lines = []
+        with self._lock:
+            items = sorted(self._values.items())
+        seen: set[str] = set()
+        for (name, labels), value in items:
+            metric = f"{self.namespace}_{name}_total"
+            if metric not in seen:
+                lines.append(f"# TYPE {metric} counter")
+                seen.add(metric)
+            rendered = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+            lines.append(f"{metric}{{{rendered}}} {value:g}" if rendered else f"{metric} {value:g}")
+        return "\n".join(lines) + "\n"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def configure_logging(level: str = "INFO", *, project_id: str | None = None, role: str | None = None) -> None:

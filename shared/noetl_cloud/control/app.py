@@ -7,7 +7,7 @@ typed exceptions, turned into the JSON error model by the app factory.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from flask import Flask, Response, g, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,6 +29,23 @@ class RegisterSubscription(BaseModel):
 class Transition(BaseModel):
     model_config = ConfigDict(extra="forbid")
     expected_version: int | None = Field(default=None, ge=1)
+
+
+class AuditPayload(BaseModel):
+    """What an ingress verdict may record: codes and counts, never a body, header or secret."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9_]+$")
+    status: int | None = Field(default=None, ge=100, le=599)
+    suppressed: int | None = Field(default=None, ge=0)
+    message_id: str | None = Field(default=None, max_length=512)
+    detail: str | None = Field(default=None, max_length=512)
+
+
+class Audit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    event_type: Literal["subscription.message.rejected", "subscription.message.dead_lettered"]
+    payload: AuditPayload
 
 
 class Cancel(BaseModel):
@@ -141,6 +158,14 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         response = jsonify(plane.listeners.config(listener))
         response.headers["Cache-Control"] = "no-store"
         return response
+
+    @app.post("/api/internal/ingress/<listener>/audit")
+    def listener_audit(listener: str) -> tuple[dict[str, Any], int]:
+        if settings.ingress_principals and g.caller.principal not in settings.ingress_principals:
+            raise Forbidden("only the ingress role records listener verdicts", code="not_ingress")
+        body = json_body(Audit)
+        event_id = plane.listeners.audit(listener, body.event_type, body.payload.model_dump(exclude_none=True))
+        return {"event_id": event_id}, 201
 
     @app.post("/api/internal/outbox/sweep")
     def sweep() -> dict[str, Any]:

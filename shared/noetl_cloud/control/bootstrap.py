@@ -112,4 +112,4 @@ class ControlPlane:
 
     @cached_property
     def listeners(self) -> ListenerService:
-        return ListenerService(self.catalog, self.subscriptions, self.secrets)
+        return ListenerService(self.catalog, self.subscriptions, self.secrets, self.store, self.events)

@@ -338,6 +338,19 @@ class ExecutionService:
                 idempotency_key=f"{tenant}/{org}/{eid}/command/{cid}/issued",
             )
             plan.events = [started, issued]
+            directives = request.meta.get("directives")
+            if isinstance(directives, dict) and directives.get("applied"):
+                # RFC §7.6: which directives steered this message, in the execution's own stream.
+                applied = self.events.new(
+                    "subscription.message.directives_applied",
+                    stream_id=stream,
+                    aggregate_type="execution",
+                    aggregate_id=eid,
+                    execution_id=eid,
+                    payload=directives,
+                    causation_id=started.event_id,
+                )
+                plan.events = [started, applied, issued]
             streams.append((stream, plan.events))
             execution_rows.append(
                 {

@@ -12,17 +12,50 @@ from typing import Any
 
 from noetl_cloud.control.catalog import CatalogService
 from noetl_cloud.control.lifecycle import SubscriptionService
+from noetl_cloud.envelope import EventFactory
 from noetl_cloud.errors import NotFound, Unavailable
+from noetl_cloud.eventlog.postgres import PostgresEventStore
 from noetl_cloud.secrets.port import SecretNotFound, SecretResolver
 
 LISTENER = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
 
 
+AUDIT_TYPES = ("subscription.message.rejected", "subscription.message.dead_lettered")
+
+
 class ListenerService:
-    def __init__(self, catalog: CatalogService, subscriptions: SubscriptionService, secrets: SecretResolver) -> None:
+    def __init__(
+        self,
+        catalog: CatalogService,
+        subscriptions: SubscriptionService,
+        secrets: SecretResolver,
+        store: PostgresEventStore,
+        events: EventFactory,
+    ) -> None:
         self.catalog = catalog
         self.subscriptions = subscriptions
         self.secrets = secrets
+        self.store = store
+        self.events = events
+
+    def audit(self, listener: str, event_type: str, payload: dict[str, Any]) -> str:
+        """Record an ingress verdict that has no execution (a rejection, a dead letter); its id."""
+        if not LISTENER.match(listener):
+            raise NotFound(f"unknown listener {listener!r}", code="unknown_listener")
+        stream = f"listener/{listener}"
+        (event,) = self.store.append(
+            stream,
+            [
+                self.events.new(
+                    event_type,
+                    stream_id=stream,
+                    aggregate_type="listener",
+                    aggregate_id=listener,
+                    payload={**payload, "listener": listener},
+                )
+            ],
+        )
+        return event.event_id
 
     def config(self, listener: str) -> dict[str, Any]:
         if not LISTENER.match(listener):

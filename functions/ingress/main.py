@@ -1,0 +1,21 @@
+"""ingress: the public push endpoint, POST /ingress/{listener}.
+
+gunicorn --chdir functions/ingress main:app
+functions-framework --source functions/ingress/main.py --target ingress
+"""
+
+import os
+
+import functions_framework
+from flask import Request
+from flask.typing import ResponseReturnValue
+
+from noetl_cloud.ingress.app import app_from_env
+from noetl_cloud.web.lazy import LazyApp
+
+app = LazyApp(lambda: app_from_env(os.environ))
+
+
+@functions_framework.http
+def ingress(request: Request) -> ResponseReturnValue:
+    return app.dispatch(request)

@@ -1,0 +1,326 @@
+"""One push delivery, start to end: verify, limit, claim the message id, parse, plan, forward.
+
+Order matters (RFC §7.5): nothing of the request but the bytes the verifier needs is read before
+the verifier passed; the planner takes only a verified message. Then:
+
+* rate limit (per listener, token bucket) -> 429 with ``Retry-After``;
+* replay protection for schemes with a message id: the id is claimed in the coordination store
+  while the message is forwarded, recorded as accepted once the control plane took it, and the
+  claim released if the forward failed, so a redelivery after a failure is processed, a redelivery
+  after success is an acknowledged no-op, and two concurrent copies cannot both run;
+* forward one ``POST /api/execute``: 202 ``{status: accepted, execution_id}``.
+
+Failure semantics, with Pub/Sub push backoff in mind: control plane down or 5xx -> 503 (the
+source redelivers; the spool fills this seam for ``buffer_and_ack``); a message that can never
+succeed -> for Pub/Sub push 2xx plus a ``subscription.message.dead_lettered`` event (no
+redelivery storm), for webhooks 400.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from noetl_cloud.errors import NoetlError, NotFound, Unavailable
+from noetl_cloud.ingress.audit import AuditSampler
+from noetl_cloud.ingress.directives import plan_dispatch
+from noetl_cloud.ingress.listeners import ListenerDirectory
+from noetl_cloud.ingress.push import BadMessage, PushMessage, pubsub_message, webhook_message
+from noetl_cloud.ingress.verify import Rejection, VerifiedIdentity, VerifyConfig, credential_headers, verify
+from noetl_cloud.kv.port import KeyValueStore
+from noetl_cloud.observability import Counters
+from noetl_cloud.ratelimit import TokenBucket
+from noetl_cloud.web.client import ApiClient
+
+log = logging.getLogger(__name__)
+
+CLAIM_TTL_S = 30.0
+ACTIVE_STATES = ("registered", "active")
+
+
+class RateLimited(NoetlError):
+    status = 429
+    code = "rate_limited"
+    retryable = True
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"this listener's rate limit is reached; retry after {retry_after} s")
+        self.retry_after = retry_after
+
+
+class DeliveryInProgress(Unavailable):
+    code = "delivery_in_progress"
+    retry_after = 5
+
+
+class ListenerPaused(Unavailable):
+    code = "listener_paused"
+    retry_after = 30
+
+
+class ListenerInactive(NotFound):
+    code = "listener_inactive"
+
+
+class DispatchRejected(NoetlError):
+    status = 422
+    code = "dispatch_rejected"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # accepted | duplicate | dead_lettered
+    http_status: int
+    execution_id: str | None = None
+    reason: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status}
+        if self.execution_id:
+            out["execution_id"] = self.execution_id
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+class Spooler(Protocol):
+    def spool(self, listener: str, config: dict[str, Any], message: PushMessage, plan: dict[str, Any]) -> None:
+        """Keep the message durably for a later replay (the spool issue fills this seam)."""
+        ...
+
+
+class IngressService:
+    def __init__(
+        self,
+        directory: ListenerDirectory,
+        api: ApiClient,
+        kv: KeyValueStore,
+        *,
+        new_id: Callable[[], str],
+        jwks_for: Callable[[str | None], Any],
+        counters: Counters | None = None,
+        sampler: AuditSampler | None = None,
+        spooler: Spooler | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.directory = directory
+        self.api = api
+        self.kv = kv
+        self.new_id = new_id
+        self.jwks_for = jwks_for
+        self.counters = counters or Counters()
+        self.sampler = sampler or AuditSampler()
+        self.spooler = spooler
+        self.clock = clock
+        self.monotonic = monotonic
+        self._buckets: dict[str, TokenBucket] = {}
+
+    # -- the steps ----------------------------------------------------------------------------
+
+    def config(self, listener: str) -> dict[str, Any]:
+        config = self.directory.get(listener)
+        state = config.get("state")
+        if state == "paused":
+            raise ListenerPaused(f"listener {listener!r} is paused; retry later")
+        if state not in ACTIVE_STATES:
+            raise ListenerInactive(f"listener {listener!r} is {state}", details={"state": state})
+        return config
+
+    def handle(
+        self, listener: str, config: dict[str, Any], body: bytes, header_pairs: Sequence[tuple[str, str]]
+    ) -> Outcome:
+        self.counters.inc("ingress_received", listener=listener)
+        identity = self._verify(listener, config, body, header_pairs)
+        self._limit(listener, config)
+        claim = self._claim(listener, config, identity)
+        if isinstance(claim, Outcome):
+            return claim
+        try:
+            outcome = self._dispatch(listener, config, identity, body, header_pairs)
+        except BaseException:
+            if claim is not None:
+                self.kv.delete(claim[0], expected_version=claim[1])
+            raise
+        if claim is not None:
+            ttl = float((config.get("verify") or {}).get("tolerance_s") or 300) + 60.0
+            self.kv.compare_and_set(
+                claim[0],
+                {"state": "accepted", "execution_id": outcome.execution_id, "outcome": outcome.status},
+                expected_version=claim[1],
+                ttl_s=ttl,
+            )
+        return outcome
+
+    def _verify(
+        self, listener: str, config: dict[str, Any], body: bytes, header_pairs: Sequence[tuple[str, str]]
+    ) -> VerifiedIdentity:
+        verify_cfg = VerifyConfig.from_mapping(config.get("verify") or {})
+        headers = {k.lower(): v for k, v in header_pairs}
+        try:
+            return verify(
+                body,
+                headers,
+                verify_cfg,
+                (config.get("verify") or {}).get("secret"),
+                now=self.clock,
+                jwks=self.jwks_for(verify_cfg.jwks_url) if verify_cfg.type == "pubsub_oidc" else None,
+            )
+        except Rejection as exc:
+            self.counters.inc("ingress_rejected", listener=listener, reason=exc.code)
+            suppressed = self.sampler.admit(listener, exc.code)
+            if suppressed is not None:
+                self._audit(
+                    listener,
+                    "subscription.message.rejected",
+                    {"reason": exc.code, "status": exc.status, "suppressed": suppressed},
+                )
+            raise
+
+    def _limit(self, listener: str, config: dict[str, Any]) -> None:
+        limit = config.get("rate_limit") or {}
+        per_sec = limit.get("per_sec")
+        if not per_sec:
+            return
+        bucket = self._buckets.get(listener)
+        if bucket is None or bucket.rate != float(per_sec):
+            bucket = TokenBucket(float(per_sec), float(limit.get("burst") or per_sec), clock=self.monotonic)
+            self._buckets[listener] = bucket
+        if not bucket.take():
+            self.counters.inc("ingress_rate_limited", listener=listener)
+            raise RateLimited(bucket.retry_after())
+
+    def _claim(
+        self, listener: str, config: dict[str, Any], identity: VerifiedIdentity
+    ) -> tuple[str, int] | Outcome | None:
+        """Claim the delivery's message id; an Outcome when it was already accepted."""
+        if not identity.message_id:
+            return None
+        key = f"ingress/seen/{listener}/{identity.message_id}"
+        entry = self.kv.create(key, {"state": "in_flight"}, ttl_s=CLAIM_TTL_S)
+        if entry is not None:
+            return key, entry.version
+        seen = self.kv.get(key)
+        if seen is None:  # expired between the two reads: treat as new on the next delivery
+            raise DeliveryInProgress("the delivery is being processed; retry later")
+        if seen.value.get("state") == "accepted":
+            self.counters.inc("ingress_replayed", listener=listener)
+            return Outcome("duplicate", 200, execution_id=seen.value.get("execution_id"))
+        raise DeliveryInProgress("the same delivery is being processed; retry later")
+
+    def _parse(
+        self, config: dict[str, Any], identity: VerifiedIdentity, body: bytes, header_pairs: Sequence[tuple[str, str]]
+    ) -> PushMessage:
+        verify_cfg = VerifyConfig.from_mapping(config.get("verify") or {})
+        payload_from = (config.get("dispatch") or {}).get("payload_from", "message.json")
+        drop = credential_headers(verify_cfg)
+        if config.get("source") == "pubsub":
+            return pubsub_message(
+                body,
+                header_pairs,
+                principal=identity.principal,
+                payload_from=payload_from,
+                drop=drop,
+                new_id=self.new_id,
+            )
+        return webhook_message(
+            body,
+            header_pairs,
+            message_id=identity.message_id,
+            principal=identity.principal,
+            payload_from=payload_from,
+            drop=drop,
+            new_id=self.new_id,
+        )
+
+    def _dispatch(
+        self,
+        listener: str,
+        config: dict[str, Any],
+        identity: VerifiedIdentity,
+        body: bytes,
+        header_pairs: Sequence[tuple[str, str]],
+    ) -> Outcome:
+        try:
+            message = self._parse(config, identity, body, header_pairs)
+        except BadMessage as exc:
+            return self._permanent(listener, config, identity.message_id, exc)
+        plan = plan_dispatch(message.message, config)
+        meta: dict[str, Any] = {
+            "message_id": message.message.message_id,
+            "listener": listener,
+            "source": message.message.source,
+            "subscription_path": config.get("path"),
+            "principal": identity.principal,
+        }
+        if plan.applied or plan.ignored:
+            meta["directives"] = plan.audit(message.message.message_id)
+        for hint in ("content_type", "schema_hint"):
+            if getattr(plan, hint):
+                meta[hint] = getattr(plan, hint)
+        request: dict[str, Any] = {"path": plan.playbook, "workload": message.workload(), "meta": meta}
+        if plan.execution_pool:
+            request["execution_pool"] = plan.execution_pool
+        if plan.trace and plan.trace.get("traceparent"):
+            request["trace"] = plan.trace
+        if config.get("subscription_id"):
+            request["parent_execution_id"] = config["subscription_id"]
+        if plan.dedup:
+            request["dedup"] = plan.dedup
+        try:
+            response = self.api.post("/api/execute", json=request)
+        except NoetlError as exc:
+            return self._downstream_failed(listener, config, message, plan.to_dict(), exc)
+        if response.status >= 500:
+            return self._downstream_failed(listener, config, message, plan.to_dict(), None)
+        if response.status >= 400:
+            error = (response.json or {}).get("error", {}) if isinstance(response.json, dict) else {}
+            return self._permanent(
+                listener,
+                config,
+                message.message.message_id,
+                DispatchRejected(f"the control plane refused the dispatch: {error.get('code', response.status)}"),
+            )
+        self.counters.inc("ingress_dispatched", listener=listener)
+        body_json = response.json if isinstance(response.json, dict) else {}
+        return Outcome("accepted", 202, execution_id=body_json.get("execution_id"))
+
+    def _downstream_failed(
+        self,
+        listener: str,
+        config: dict[str, Any],
+        message: PushMessage,
+        plan: dict[str, Any],
+        exc: NoetlError | None,
+    ) -> Outcome:
+        spool_mode = (config.get("spool") or {}).get("mode")
+        if self.spooler is not None and spool_mode in ("buffer_and_ack", "hybrid"):
+            self.spooler.spool(listener, config, message, plan)
+            self.counters.inc("ingress_spooled", listener=listener)
+            return Outcome("spooled", 202)
+        raise Unavailable("the control plane is unavailable; retry later", code="control_plane_unavailable") from exc
+
+    def _permanent(self, listener: str, config: dict[str, Any], message_id: str | None, exc: NoetlError) -> Outcome:
+        """A message that can never succeed: Pub/Sub gets a 2xx (no redelivery storm) and the
+        event log a dead-letter record; a webhook sender gets the error."""
+        self.counters.inc("ingress_dead_lettered", listener=listener, reason=exc.code)
+        if config.get("source") == "pubsub":
+            self._audit(
+                listener,
+                "subscription.message.dead_lettered",
+                {"reason": exc.code, "message_id": message_id, "detail": exc.message},
+            )
+            return Outcome("dead_lettered", 200, reason=exc.code)
+        raise exc
+
+    def _audit(self, listener: str, event_type: str, payload: dict[str, Any]) -> None:
+        """Best effort: an audit record must never turn a verdict into a 5xx."""
+        try:
+            self.api.post(
+                f"/api/internal/ingress/{listener}/audit", json={"event_type": event_type, "payload": payload}
+            )
+        except NoetlError:
+            log.warning("audit event not recorded", extra={"listener": listener, "event_type": event_type})
