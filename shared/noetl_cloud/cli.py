@@ -60,6 +60,33 @@ def _db(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from noetl_cloud.engine.local import parse_sets, run_file
+
+    overrides = parse_sets(args.set)
+    if args.events:
+        with open(args.events, "w", encoding="utf-8") as events:
+            result = run_file(Path(args.playbook), overrides, events=events)
+    else:
+        result = run_file(Path(args.playbook), overrides)
+    print(
+        json.dumps(
+            {
+                "execution_id": result.execution_id,
+                "status": result.status,
+                "ctx": result.ctx,
+                "results": result.results,
+                "error": result.error,
+            },
+            indent=2,
+            default=str,
+        )
+    )
+    return 0 if result.status == "completed" else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="noetl-cloud", description="NoETL Cloud operator command")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -77,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("action", choices=["upgrade", "downgrade", "current"])
     db.add_argument("revision", nargs="?", default="head")
     db.set_defaults(handler=_db)
+
+    run = sub.add_parser("run", help="run a playbook in this process and print how it ended")
+    run.add_argument("playbook", help="the playbook YAML file")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a workload override")
+    run.add_argument("--events", metavar="FILE", help="also write every event as JSON lines to FILE")
+    run.set_defaults(handler=_run)
     return parser
 
 

@@ -30,13 +30,32 @@ def free_port() -> int:
 def role_url(database_url: str, local_env: dict[str, str], topic_prefix: str, topics: Topics) -> Iterator[str]:
     port = free_port()
     env = {
-        **os.environ, **local_env, "NOETL_DATABASE_URL": database_url, "NOETL_INTERNAL_API_TOKEN": TOKEN,
-        "NOETL_COMMAND_TOPIC_PREFIX": topic_prefix, "NOETL_POOLS": "shared,iot",
+        **os.environ,
+        **local_env,
+        "NOETL_DATABASE_URL": database_url,
+        "NOETL_INTERNAL_API_TOKEN": TOKEN,
+        "NOETL_COMMAND_TOPIC_PREFIX": topic_prefix,
+        "NOETL_POOLS": "shared,iot",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--chdir", str(ROOT / "functions" / "execute"), "--workers", "2",
-         "--threads", "4", "--bind", f"127.0.0.1:{port}", "main:app"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--chdir",
+            str(ROOT / "functions" / "execute"),
+            "--workers",
+            "2",
+            "--threads",
+            "4",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "main:app",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
     try:
         assert wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), timeout=30)

@@ -23,10 +23,10 @@ from typing import Any
 from sqlalchemy import Connection, CursorResult, Table, text
 from sqlalchemy.dialects import postgresql
 
-_DIALECT = postgresql.dialect()
+_DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 
 
-def _default(value: Any) -> Any:  # noqa: D103
+def _default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -159,7 +159,7 @@ class IngressService:
         self, listener: str, config: dict[str, Any], body: bytes, header_pairs: Sequence[tuple[str, str]]
     ) -> VerifiedIdentity:
         verify_cfg = VerifyConfig.from_mapping(config.get("verify") or {})
-        headers = {k.lower(): v for k, v in header_pairs}
+        headers = dict(header_pairs)  # case kept: the verifier refuses one header given twice in two cases
         try:
             return verify(
                 body,

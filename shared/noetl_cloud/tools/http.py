@@ -1,0 +1,100 @@
+"""``kind: http``: one HTTP request with urllib3.
+
+Task fields: ``method`` (GET), ``url``, ``params`` (query), ``headers``, ``json`` (a JSON body) or ``body``
+(text). ``spec.timeout`` is seconds or ``{connect, read}``. The tool does not retry (§6.4: retry with the
+task policy). The result is ``{status_code, headers, data}`` where ``data`` is the body parsed by content
+type (JSON, else text). A status of 400 or more is an error outcome; ``outcome.http`` always holds
+``{status, headers}`` (``status`` is ``None`` when no response arrived).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+import urllib3
+
+from noetl_cloud.engine.outcome import Outcome, ToolCall
+
+DEFAULT_TIMEOUT = 30.0
+
+
+class HttpTool:
+    """An HTTP client task. One connection pool per tool instance."""
+
+    kind = "http"
+    raw_fields: tuple[str, ...] = ()
+
+    def __init__(self, pool: urllib3.PoolManager | None = None) -> None:
+        self._pool = pool
+
+    @property
+    def pool(self) -> urllib3.PoolManager:
+        """The connection pool, created on first use."""
+        if self._pool is None:
+            self._pool = urllib3.PoolManager()
+        return self._pool
+
+    def run(self, call: ToolCall) -> Outcome:
+        """Send the request and map the response to an outcome."""
+        config = call.config
+        url = config.get("url")
+        if not isinstance(url, str) or not url:
+            return Outcome.fail("bad_task", "an http task needs a `url`", http={"status": None, "headers": {}})
+        method = str(config.get("method", "GET")).upper()
+        headers = {str(k): str(v) for k, v in (config.get("headers") or {}).items()}
+        params = {str(k): _param(v) for k, v in (config.get("params") or {}).items() if v is not None}
+        body: bytes | None = None
+        if config.get("json") is not None:
+            body = json.dumps(config["json"]).encode()
+            headers.setdefault("Content-Type", "application/json")
+        elif config.get("body") is not None:
+            raw = config["body"]
+            body = raw.encode() if isinstance(raw, str) else json.dumps(raw).encode()
+        if params:
+            url = url + ("&" if "?" in url else "?") + urlencode(params)
+        try:
+            response = self.pool.request(
+                method,
+                url,
+                body=body,
+                headers=headers,
+                timeout=_timeout(call.spec.get("timeout")),
+                retries=False,
+                redirect=True,
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            return Outcome.fail("connection", f"{type(exc).__name__}: {exc}", http={"status": None, "headers": {}})
+        data = _parse(response.headers.get("Content-Type", ""), response.data)
+        response_headers = dict(response.headers.items())
+        http = {"status": response.status, "headers": response_headers}
+        result = {"status_code": response.status, "headers": response_headers, "data": data}
+        if response.status >= 400:
+            failed = Outcome.fail("http_status", f"{method} answered {response.status}", http=http)
+            return Outcome("error", result, failed.error, {}, failed.extra)
+        return Outcome.ok(result, http=http)
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _timeout(value: Any) -> urllib3.Timeout:
+    if isinstance(value, dict):
+        return urllib3.Timeout(connect=value.get("connect", DEFAULT_TIMEOUT), read=value.get("read", DEFAULT_TIMEOUT))
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return urllib3.Timeout(total=float(value))
+    return urllib3.Timeout(total=DEFAULT_TIMEOUT)
+
+
+def _parse(content_type: str, raw: bytes) -> Any:
+    text = raw.decode("utf-8", errors="replace")
+    if "json" in content_type.lower():
+        try:
+            return json.loads(text) if text else None
+        except json.JSONDecodeError:
+            return text
+    return text
