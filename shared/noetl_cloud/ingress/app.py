@@ -41,7 +41,7 @@ def build_app(settings: Settings, service: IngressService) -> Flask:
         body = request.get_data(cache=False)
         if length is None and len(body) > limit:
             raise PayloadTooLarge(f"body exceeds this listener's limit of {limit} bytes")
-        outcome = service.handle(listener, config, body, list(request.headers.items()))
+        outcome = service.handle(listener, config, body, list(request.headers.items()), request.args.to_dict())
         return jsonify(outcome.body()), outcome.http_status
 
     @app.get("/metrics")

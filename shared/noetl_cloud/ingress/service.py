@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -131,10 +131,15 @@ class IngressService:
         return config
 
     def handle(
-        self, listener: str, config: dict[str, Any], body: bytes, header_pairs: Sequence[tuple[str, str]]
+        self,
+        listener: str,
+        config: dict[str, Any],
+        body: bytes,
+        header_pairs: Sequence[tuple[str, str]],
+        query: Mapping[str, str] | None = None,
     ) -> Outcome:
         self.counters.inc("ingress_received", listener=listener)
-        identity = self._verify(listener, config, body, header_pairs)
+        identity = self._verify(listener, config, body, header_pairs, query or {})
         self._limit(listener, config)
         claim = self._claim(listener, config, identity)
         if isinstance(claim, Outcome):
@@ -156,7 +161,12 @@ class IngressService:
         return outcome
 
     def _verify(
-        self, listener: str, config: dict[str, Any], body: bytes, header_pairs: Sequence[tuple[str, str]]
+        self,
+        listener: str,
+        config: dict[str, Any],
+        body: bytes,
+        header_pairs: Sequence[tuple[str, str]],
+        query: Mapping[str, str],
     ) -> VerifiedIdentity:
         verify_cfg = VerifyConfig.from_mapping(config.get("verify") or {})
         headers = dict(header_pairs)  # case kept: the verifier refuses one header given twice in two cases
@@ -168,6 +178,7 @@ class IngressService:
                 (config.get("verify") or {}).get("secret"),
                 now=self.clock,
                 jwks=self.jwks_for(verify_cfg.jwks_url) if verify_cfg.type == "pubsub_oidc" else None,
+                query=query,
             )
         except Rejection as exc:
             self.counters.inc("ingress_rejected", listener=listener, reason=exc.code)

@@ -165,6 +165,7 @@ class VerifyConfig:
     audience: str | None = None
     service_account: str | None = None
     jwks_url: str | None = None
+    query_param: str | None = None
 
     def __post_init__(self) -> None:
         if self.encoding not in ("hex", "base64"):
@@ -190,6 +191,7 @@ class VerifyConfig:
             audience=_optional_str(data, "audience"),
             service_account=_optional_str(data, "service_account"),
             jwks_url=_optional_str(data, "jwks_url"),
+            query_param=_optional_str(data, "query_param"),
         )
 
 
@@ -218,8 +220,12 @@ def verify(
     *,
     now: Callable[[], float] = time.time,
     jwks: JwksCache | None = None,
+    query: Mapping[str, str] | None = None,
 ) -> VerifiedIdentity:
     """Verify one push delivery per ``config.type`` and return what it proves.
+
+    ``query`` is the request's URL query, read only by a ``bearer`` verifier configured with
+    ``query_param``.
 
     ``body`` is the exact raw request body; ``headers`` are looked up case-insensitively. Raises a
     :class:`Rejection` for a delivery that does not verify, :class:`ConfigError` when the secret
@@ -240,7 +246,18 @@ def verify(
         return _stripe(body, view, config, secret, now)
     if config.type == "standard_webhooks":
         return _standard_webhooks(body, view, config, secret, now)
+    if config.query_param:
+        return _bearer_query(query or {}, config.query_param, secret)
     return _bearer(view, config, secret)
+
+
+def _bearer_query(query: Mapping[str, str], name: str, secret: str) -> VerifiedIdentity:
+    token = query.get(name)
+    if not token:
+        raise MissingToken(f"the {name!r} query parameter is required")
+    if not sig.same_secret(token.encode("utf-8"), secret.encode("utf-8")):
+        raise BadToken("bearer token is not valid for this listener")
+    return VerifiedIdentity("bearer", SHARED_SECRET_PRINCIPAL)
 
 
 def _header(headers: sig.HeaderView, name: str, missing: type[Rejection], malformed: type[Rejection]) -> str:

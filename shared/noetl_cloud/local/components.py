@@ -424,8 +424,25 @@ def role(state_dir: Path, port: int, name: str, root: Path, env: dict[str, str])
             raise StackError(f"no role {name!r}: {source / 'main.py'} does not exist")
         return process.spawn(
             [
-                sys.executable, "-m", "gunicorn", "--chdir", str(source), "--workers", "2", "--threads", "8",
-                "--bind", f"127.0.0.1:{port}", "--access-logfile", "-", "--graceful-timeout", "10", "main:app",
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "--chdir",
+                str(source),
+                "--workers",
+                "2",
+                "--threads",
+                "8",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--access-logfile",
+                "-",
+                "--graceful-timeout",
+                "10",
+                # The path without its query: a push endpoint's token may ride in the query.
+                "--access-logformat",
+                '%(h)s "%(m)s %(U)s" %(s)s %(b)s %(M)sms',
+                "main:app",
             ],
             log_path=log_path,
             env={**os.environ, **env, "NOETL_ROLE": name},

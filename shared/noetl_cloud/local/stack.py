@@ -25,8 +25,15 @@ from noetl_cloud.local.components import PROJECT_ID, Component, Ports, StackErro
 
 DEFAULT_PORT_BASE = 15430
 ORDER = ("postgres", "pubsub", "firestore", "gcs", "s3")
-ROLE_PORTS = {"execute": 10, "ingress": 11, "worker": 12, "projector": 13, "frames": 14, "spool_drainer": 15,
-              "subscription_runtime": 16}
+ROLE_PORTS = {
+    "execute": 10,
+    "ingress": 11,
+    "worker": 12,
+    "projector": 13,
+    "frames": 14,
+    "spool_drainer": 15,
+    "subscription_runtime": 16,
+}
 START_TIMEOUT_S = 90.0
 
 
@@ -90,9 +97,7 @@ class LocalStack:
         return [r for r in ROLE_PORTS if (self.root / "functions" / r / "main.py").exists()]
 
     def role_components(self, roles: list[str], env: dict[str, str]) -> dict[str, Component]:
-        return {
-            r: components.role(self.state_dir, self.port_base + ROLE_PORTS[r], r, self.root, env) for r in roles
-        }
+        return {r: components.role(self.state_dir, self.port_base + ROLE_PORTS[r], r, self.root, env) for r in roles}
 
     # -- state file ---------------------------------------------------------------------------
 

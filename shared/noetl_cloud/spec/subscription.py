@@ -94,6 +94,9 @@ class Verify(SpecModel):
     audience: str | None = Field(default=None, min_length=1, max_length=2048)
     service_account: Email | None = None
     jwks_url: JwksUrl | None = None
+    # bearer only: read the token from this URL query parameter instead of a header, for push
+    # sources that cannot send headers (Pub/Sub push without OIDC: ``https://.../ingress/x?token=...``).
+    query_param: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class RateLimit(SpecModel):
