@@ -267,3 +267,32 @@ def test_the_api_requires_a_caller_identity(plane: ControlPlane) -> None:
     assert client.post("/api/execute", json={}).get_json()["error"]["code"] == "missing_credentials"
     wrong = client.post("/api/execute", json={}, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401 and wrong.get_json()["error"]["code"] == "bad_credentials"
+
+
+def test_more_request_threads_than_pooled_connections_never_starve_the_pool(
+    ready: FlaskClient, control_settings: Any
+) -> None:
+    """A request holds one pooled connection at a time: 12 threads on a pool of 2 all get through."""
+    from noetl_cloud.auth.internal import InternalAuth
+    from noetl_cloud.control.app import build_app
+    from tests.integration.control_fixtures import TOKEN
+
+    small = ControlPlane(
+        control_settings.model_copy(update={"db_pool_size": 2, "db_max_overflow": 0, "db_pool_timeout_s": 5.0})
+    )
+    try:
+        client = build_app(small, InternalAuth(token=TOKEN)).test_client()
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+
+        def one(i: int) -> int:
+            body = {"executions": [{"path": "domain/handle", "workload": {"i": i}}]} if i % 2 else None
+            if body:
+                return client.post("/api/execute/batch", json=body, headers=headers).status_code
+            return client.post("/api/execute", json={"path": "domain/handle"}, headers=headers).status_code
+
+        with ThreadPoolExecutor(12) as pool:
+            statuses = list(pool.map(one, range(48)))
+        assert set(statuses) <= {200, 202} and len(statuses) == 48
+        assert count(small, execution) == 48
+    finally:
+        small.engine.dispose()

@@ -123,9 +123,18 @@ class ExecutionService:
     def start_many(self, requests: Sequence[ExecuteRequest]) -> list[ItemResult]:
         results: list[ItemResult | None] = [None] * len(requests)
         plans: list[_Plan] = []
+        # Playbooks are looked up before the transaction opens: a request never holds two pooled
+        # connections at once, so request threads cannot starve the pool waiting on each other.
+        entries: dict[tuple[str | None, int | None, str | None], CatalogEntry | NoetlError] = {}
+        for request in requests:
+            key = (request.path, request.version, request.catalog_id)
+            if key not in entries:
+                try:
+                    entries[key] = self._resolve(request)
+                except NoetlError as exc:
+                    entries[key] = exc
         with self.engine.begin() as conn:
             parents = self._parent_traces(conn, requests)
-            entries: dict[tuple[str | None, int | None, str | None], CatalogEntry | NoetlError] = {}
             for index, request in enumerate(requests):
                 try:
                     plans.append(self._plan(index, request, entries, parents))
@@ -160,13 +169,7 @@ class ExecutionService:
         entries: dict[tuple[str | None, int | None, str | None], CatalogEntry | NoetlError],
         parents: dict[int, dict[str, str] | None],
     ) -> _Plan:
-        key = (request.path, request.version, request.catalog_id)
-        if key not in entries:
-            try:
-                entries[key] = self._resolve(request)
-            except NoetlError as exc:
-                entries[key] = exc
-        entry = entries[key]
+        entry = entries[(request.path, request.version, request.catalog_id)]
         if isinstance(entry, NoetlError):
             raise entry
         pool = request.execution_pool or self.default_pool

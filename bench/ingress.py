@@ -1,0 +1,172 @@
+"""Push ingress throughput against same-run baselines, and the ingress role's cold start.
+
+Three figures from one run, each with wrk (``Connection: close``: on 2 cores keep-alive pins
+every connection to one gunicorn worker) against gunicorn with 2 workers x 8 threads:
+
+  (a) a bare Flask endpoint that only verifies the HMAC and answers 202 (the baseline);
+  (b) the ingress role forwarding to a stand-in control plane that answers 202 at once;
+  (c) the ingress role forwarding to the real execute role (PostgreSQL + Pub/Sub emulator),
+      with the execute role's own single-request rate measured beside it.
+
+Goal: b / a >= 0.4 (the forward doubles the HTTP work on the same cores), printed as
+``ingress ratio``. Also the ingress role's cold start: process start to its first 202.
+
+    make up && apt-get install -y wrk && .venv/bin/python bench/ingress.py [--seconds 10]
+
+Prints figures and ratios; never fails on timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import urllib3
+
+from noetl_cloud.local.process import http_ok, stop_group, wait_until
+from noetl_cloud.local.stack import LocalStack
+from noetl_cloud.messaging.pubsub import PubSubPublisher
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "bench-secret"
+TOKEN = secrets.token_hex(16)
+BODY = json.dumps({"event": "order.created", "order": {"id": 42, "items": [1, 2, 3]}}).encode()
+SIGNATURE = hmac.new(SECRET.encode(), BODY, hashlib.sha256).hexdigest()
+PLAYBOOK = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: noop, path: bench/noop}\n" \
+           "workflow:\n  - step: start\n    tool: {kind: noop}\n"
+SUBSCRIPTION = f"""\
+apiVersion: noetl.io/v1
+kind: Subscription
+metadata: {{name: bench, path: subscriptions/bench}}
+spec:
+  source: webhook
+  mode: push
+  ingress:
+    gateway_path: /ingress/bench
+    verify: {{type: hmac_sha256, header: x-signature, secret: bench}}
+  dispatch: {{playbook: bench/noop, payload_from: message.json}}
+"""
+
+
+def gunicorn(chdir: Path, target: str, port: int, env: dict[str, str]) -> int:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "--chdir", str(chdir), "--workers", "2", "--threads", "8",
+         "--bind", f"127.0.0.1:{port}", "--log-level", "warning", target],
+        env={**os.environ, **env}, start_new_session=True,
+    )
+    return proc.pid
+
+
+@contextmanager
+def serving(chdir: Path, target: str, port: int, env: dict[str, str]) -> Iterator[str]:
+    pid = gunicorn(chdir, target, port, env)
+    try:
+        if not wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz") or _answers(port), timeout=30):
+            raise SystemExit(f"{target} did not start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_group(pid)
+
+
+def _answers(port: int) -> bool:
+    try:
+        urllib3.PoolManager().request("GET", f"http://127.0.0.1:{port}/", timeout=1, retries=False)
+        return True
+    except urllib3.exceptions.HTTPError:
+        return False
+
+
+def wrk(url: str, seconds: int, body: bytes, headers: dict[str, str]) -> tuple[float, int]:
+    """Requests/s and the number of non-2xx answers."""
+    lines = ['wrk.method = "POST"', f"wrk.body = {json.dumps(body.decode())}", 'wrk.headers["Connection"] = "close"']
+    lines += [f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in headers.items()]
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write("\n".join(lines) + "\n")
+    out = subprocess.run(["wrk", "-t2", "-c16", f"-d{seconds}s", "-s", script.name, url],
+                         capture_output=True, text=True, check=True).stdout
+    os.unlink(script.name)
+    rate = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))  # type: ignore[union-attr]
+    errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    return rate, int(errors.group(1)) if errors else 0
+
+
+def cold_start(port: int, env: dict[str, str]) -> float:
+    """Seconds from starting the ingress process to its first 202."""
+    http = urllib3.PoolManager()
+    started = time.perf_counter()
+    pid = gunicorn(ROOT / "functions" / "ingress", "main:app", port, env)
+    try:
+        while time.perf_counter() - started < 30:
+            try:
+                r = http.request("POST", f"http://127.0.0.1:{port}/ingress/bench", body=BODY,
+                                 headers={"X-Signature": SIGNATURE, "Content-Type": "application/json"},
+                                 timeout=2, retries=False)
+                if r.status == 202:
+                    return time.perf_counter() - started
+            except urllib3.exceptions.HTTPError:
+                pass
+            time.sleep(0.01)
+        raise SystemExit("the ingress never answered 202")
+    finally:
+        stop_group(pid)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=int, default=10)
+    args = parser.parse_args()
+    signed = {"X-Signature": SIGNATURE, "Content-Type": "application/json"}
+    bench = ROOT / "bench"
+    base_env = {"BENCH_SECRET": SECRET, "NOETL_LOG_LEVEL": "WARNING"}
+
+    with serving(bench, "ingress_targets:bare", 15501, base_env) as bare:
+        a, a_err = wrk(f"{bare}/ingress/bench", args.seconds, BODY, signed)
+
+    with serving(bench, "ingress_targets:standin", 15502, base_env) as standin:
+        ingress_env = {**base_env, "NOETL_API_URL": standin, "NOETL_INTERNAL_API_TOKEN": TOKEN}
+        with serving(ROOT / "functions" / "ingress", "main:app", 15503, ingress_env) as ingress:
+            b, b_err = wrk(f"{ingress}/ingress/bench", args.seconds, BODY, signed)
+        start = cold_start(15504, ingress_env)
+
+    stack = LocalStack.from_env(os.environ).up(echo=lambda _line: None)
+    prefix = f"bench-{secrets.token_hex(3)}-"
+    PubSubPublisher("noetl-local", emulator_host=stack["PUBSUB_EMULATOR_HOST"]).ensure_topics([prefix + "shared"])
+    execute_env = {**stack, **base_env, "NOETL_INTERNAL_API_TOKEN": TOKEN, "NOETL_COMMAND_TOPIC_PREFIX": prefix,
+                   "NOETL_SECRET_BENCH": SECRET, "NOETL_POOLS": "shared"}
+    with serving(ROOT / "functions" / "execute", "main:app", 15505, execute_env) as api:
+        http = urllib3.PoolManager()
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for doc in (PLAYBOOK, SUBSCRIPTION):
+            http.request("POST", f"{api}/api/catalog", body=doc, headers={**auth, "Content-Type": "application/yaml"})
+        sid = http.request("POST", f"{api}/api/subscriptions/register", json={"path": "subscriptions/bench"},
+                           headers=auth).json()["subscription_id"]
+        http.request("POST", f"{api}/api/subscriptions/{sid}/activate", headers=auth)
+        execute_rate, e_err = wrk(f"{api}/api/execute", args.seconds, json.dumps({"path": "bench/noop"}).encode(),
+                                  {**auth, "Content-Type": "application/json"})
+        with serving(ROOT / "functions" / "ingress", "main:app", 15506,
+                     {**stack, **base_env, "NOETL_API_URL": api, "NOETL_INTERNAL_API_TOKEN": TOKEN}) as ingress:
+            c, c_err = wrk(f"{ingress}/ingress/bench", args.seconds, BODY, signed)
+
+    print(f"machine: {os.cpu_count()} cores; gunicorn 2 workers x 8 threads; wrk -t2 -c16, Connection: close")
+    print(f"(a) bare verify-and-202 endpoint:          {a:8.0f} req/s  (non-2xx {a_err})")
+    print(f"(b) ingress -> stand-in control plane:     {b:8.0f} req/s  (non-2xx {b_err})")
+    print(f"(c) ingress -> real execute role:          {c:8.0f} req/s  (non-2xx {c_err})")
+    print(f"    execute role alone, single requests:   {execute_rate:8.0f} req/s  (non-2xx {e_err})")
+    print(f"ingress cold start (process start to first 202): {start:.2f} s")
+    print(f"ingress ratio: {b / a:.2f}")
+
+
+if __name__ == "__main__":
+    main()

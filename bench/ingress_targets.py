@@ -1,0 +1,54 @@
+"""WSGI apps the ingress benchmark needs beside the real roles (served by gunicorn).
+
+* ``bare``: a Flask endpoint that only verifies an HMAC-SHA256 signature and answers 202 — the
+  baseline of what any verifying webhook endpoint costs on this machine.
+* ``standin``: a control plane that answers at once: the listener configuration, and 202 for
+  every execute request — so the ingress's own cost is measured, not the database's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+
+from flask import Flask, request
+
+SECRET = os.environ.get("BENCH_SECRET", "bench-secret")
+bare = Flask("bare")
+standin = Flask("standin")
+
+CONFIG = {
+    "listener": "bench", "path": "subscriptions/bench", "catalog_id": "1", "version": 1,
+    "subscription_id": "2", "state": "active", "source": "webhook",
+    "verify": {"type": "hmac_sha256", "header": "x-signature", "secret": SECRET, "secret_alias": "bench"},
+    "max_body_bytes": None, "rate_limit": None,
+    "dispatch": {"playbook": "bench/noop", "payload_from": "message.json", "execution_pool": None},
+    "headers": {"directives": [], "trace": {"propagate": "w3c"}}, "spool": {"mode": "off"}, "limits": {},
+    "dedup": {"enabled": False, "window_secs": 3600},
+}
+
+
+@bare.post("/ingress/<listener>")
+def verify_only(listener: str) -> tuple[dict[str, str], int]:
+    body = request.get_data()
+    expected = hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, request.headers.get("X-Signature", "")):
+        return {"status": "rejected"}, 401
+    return {"status": "accepted"}, 202
+
+
+@standin.get("/api/internal/ingress/<listener>")
+def listener_config(listener: str) -> dict[str, object]:
+    return CONFIG
+
+
+@standin.post("/api/execute")
+def execute() -> tuple[dict[str, str], int]:
+    request.get_data()
+    return {"execution_id": "1", "status": "started", "execution_pool": "shared"}, 202
+
+
+@standin.post("/api/internal/ingress/<listener>/audit")
+def audit(listener: str) -> tuple[dict[str, str], int]:
+    return {"event_id": "1"}, 201
