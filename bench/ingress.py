@@ -44,8 +44,10 @@ SECRET = "bench-secret"
 TOKEN = secrets.token_hex(16)
 BODY = json.dumps({"event": "order.created", "order": {"id": 42, "items": [1, 2, 3]}}).encode()
 SIGNATURE = hmac.new(SECRET.encode(), BODY, hashlib.sha256).hexdigest()
-PLAYBOOK = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: noop, path: bench/noop}\n" \
-           "workflow:\n  - step: start\n    tool: {kind: noop}\n"
+PLAYBOOK = (
+    "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: noop, path: bench/noop}\n"
+    "workflow:\n  - step: start\n    tool: {kind: noop}\n"
+)
 SUBSCRIPTION = f"""\
 apiVersion: noetl.io/v1
 kind: Subscription
@@ -62,9 +64,24 @@ spec:
 
 def gunicorn(chdir: Path, target: str, port: int, env: dict[str, str]) -> int:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--chdir", str(chdir), "--workers", "2", "--threads", "8",
-         "--bind", f"127.0.0.1:{port}", "--log-level", "warning", target],
-        env={**os.environ, **env}, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--chdir",
+            str(chdir),
+            "--workers",
+            "2",
+            "--threads",
+            "8",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "warning",
+            target,
+        ],
+        env={**os.environ, **env},
+        start_new_session=True,
     )
     return proc.pid
 
@@ -94,8 +111,9 @@ def wrk(url: str, seconds: int, body: bytes, headers: dict[str, str]) -> tuple[f
     lines += [f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in headers.items()]
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write("\n".join(lines) + "\n")
-    out = subprocess.run(["wrk", "-t2", "-c16", f"-d{seconds}s", "-s", script.name, url],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["wrk", "-t2", "-c16", f"-d{seconds}s", "-s", script.name, url], capture_output=True, text=True, check=True
+    ).stdout
     os.unlink(script.name)
     rate = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))  # type: ignore[union-attr]
     errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
@@ -110,9 +128,14 @@ def cold_start(port: int, env: dict[str, str]) -> float:
     try:
         while time.perf_counter() - started < 30:
             try:
-                r = http.request("POST", f"http://127.0.0.1:{port}/ingress/bench", body=BODY,
-                                 headers={"X-Signature": SIGNATURE, "Content-Type": "application/json"},
-                                 timeout=2, retries=False)
+                r = http.request(
+                    "POST",
+                    f"http://127.0.0.1:{port}/ingress/bench",
+                    body=BODY,
+                    headers={"X-Signature": SIGNATURE, "Content-Type": "application/json"},
+                    timeout=2,
+                    retries=False,
+                )
                 if r.status == 202:
                     return time.perf_counter() - started
             except urllib3.exceptions.HTTPError:
@@ -143,20 +166,35 @@ def main() -> None:
     stack = LocalStack.from_env(os.environ).up(echo=lambda _line: None)
     prefix = f"bench-{secrets.token_hex(3)}-"
     PubSubPublisher("noetl-local", emulator_host=stack["PUBSUB_EMULATOR_HOST"]).ensure_topics([prefix + "shared"])
-    execute_env = {**stack, **base_env, "NOETL_INTERNAL_API_TOKEN": TOKEN, "NOETL_COMMAND_TOPIC_PREFIX": prefix,
-                   "NOETL_SECRET_BENCH": SECRET, "NOETL_POOLS": "shared"}
+    execute_env = {
+        **stack,
+        **base_env,
+        "NOETL_INTERNAL_API_TOKEN": TOKEN,
+        "NOETL_COMMAND_TOPIC_PREFIX": prefix,
+        "NOETL_SECRET_BENCH": SECRET,
+        "NOETL_POOLS": "shared",
+    }
     with serving(ROOT / "functions" / "execute", "main:app", 15505, execute_env) as api:
         http = urllib3.PoolManager()
         auth = {"Authorization": f"Bearer {TOKEN}"}
         for doc in (PLAYBOOK, SUBSCRIPTION):
             http.request("POST", f"{api}/api/catalog", body=doc, headers={**auth, "Content-Type": "application/yaml"})
-        sid = http.request("POST", f"{api}/api/subscriptions/register", json={"path": "subscriptions/bench"},
-                           headers=auth).json()["subscription_id"]
+        sid = http.request(
+            "POST", f"{api}/api/subscriptions/register", json={"path": "subscriptions/bench"}, headers=auth
+        ).json()["subscription_id"]
         http.request("POST", f"{api}/api/subscriptions/{sid}/activate", headers=auth)
-        execute_rate, e_err = wrk(f"{api}/api/execute", args.seconds, json.dumps({"path": "bench/noop"}).encode(),
-                                  {**auth, "Content-Type": "application/json"})
-        with serving(ROOT / "functions" / "ingress", "main:app", 15506,
-                     {**stack, **base_env, "NOETL_API_URL": api, "NOETL_INTERNAL_API_TOKEN": TOKEN}) as ingress:
+        execute_rate, e_err = wrk(
+            f"{api}/api/execute",
+            args.seconds,
+            json.dumps({"path": "bench/noop"}).encode(),
+            {**auth, "Content-Type": "application/json"},
+        )
+        with serving(
+            ROOT / "functions" / "ingress",
+            "main:app",
+            15506,
+            {**stack, **base_env, "NOETL_API_URL": api, "NOETL_INTERNAL_API_TOKEN": TOKEN},
+        ) as ingress:
             c, c_err = wrk(f"{ingress}/ingress/bench", args.seconds, BODY, signed)
 
     print(f"machine: {os.cpu_count()} cores; gunicorn 2 workers x 8 threads; wrk -t2 -c16, Connection: close")

@@ -19,12 +19,20 @@ bare = Flask("bare")
 standin = Flask("standin")
 
 CONFIG = {
-    "listener": "bench", "path": "subscriptions/bench", "catalog_id": "1", "version": 1,
-    "subscription_id": "2", "state": "active", "source": "webhook",
+    "listener": "bench",
+    "path": "subscriptions/bench",
+    "catalog_id": "1",
+    "version": 1,
+    "subscription_id": "2",
+    "state": "active",
+    "source": "webhook",
     "verify": {"type": "hmac_sha256", "header": "x-signature", "secret": SECRET, "secret_alias": "bench"},
-    "max_body_bytes": None, "rate_limit": None,
+    "max_body_bytes": None,
+    "rate_limit": None,
     "dispatch": {"playbook": "bench/noop", "payload_from": "message.json", "execution_pool": None},
-    "headers": {"directives": [], "trace": {"propagate": "w3c"}}, "spool": {"mode": "off"}, "limits": {},
+    "headers": {"directives": [], "trace": {"propagate": "w3c"}},
+    "spool": {"mode": "off"},
+    "limits": {},
     "dedup": {"enabled": False, "window_secs": 3600},
 }
 

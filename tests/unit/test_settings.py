@@ -75,3 +75,22 @@ def test_every_setting_is_documented() -> None:
     doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
     missing = [Settings.env_name(f) for f in Settings.model_fields if f"`{Settings.env_name(f)}`" not in doc]
     assert missing == []
+
+
+def test_cached_paramstyle_conversion_equals_pg8000s_own() -> None:
+    import pg8000.legacy
+
+    from noetl_cloud.db.engine import cache_paramstyle_conversion
+
+    cases = [
+        ("named", "SELECT a FROM t WHERE x = :x AND y = :y AND z = :x AND s = ':not_a_param'", {"x": 1, "y": 2}),
+        ("format", "INSERT INTO t VALUES (%s, %s) -- comment %s", (1, "b")),
+        ("named", "SELECT :x::text, $$ :inside $$", {"x": "v"}),
+    ]
+    original = pg8000.legacy.convert_paramstyle
+    expected = [original(style, query, args) for style, query, args in cases]
+    cache_paramstyle_conversion()
+    cached = pg8000.legacy.convert_paramstyle
+    assert cached is not original
+    assert [cached(style, query, args) for style, query, args in cases] == expected
+    assert [cached(style, query, args) for style, query, args in cases] == expected  # from the cache

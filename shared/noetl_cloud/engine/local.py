@@ -6,7 +6,7 @@ folder (``.yaml`` added when missing). Events go to a JSONL file when asked, one
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -79,8 +79,13 @@ def run_file(
     events: IO[str] | None = None,
     sink: EventSink | None = None,
     clock: Clock | None = None,
+    keychain: Mapping[str, Any] | None = None,
 ) -> ExecutionResult:
-    """Run the playbook at ``path`` to its end and return how it ended."""
+    """Run the playbook at ``path`` to its end and return how it ended.
+
+    ``keychain`` maps credential aliases to entries (``{"pg_local": {"kind": "postgres", "dsn": ...}}``); child
+    playbooks see the same keychain.
+    """
     if tools is None:
         from noetl_cloud.tools.registry import default_registry
 
@@ -92,7 +97,7 @@ def run_file(
 
     def run_child(child: str, args: dict[str, Any]) -> Outcome:
         target = (path.parent / child) if Path(child).suffix else (path.parent / f"{child}.yaml")
-        result = holder["engine"].run(load_playbook(target), args)
+        result = holder["engine"].run(load_playbook(target), args, keychain=keychain)
         body = {
             "execution_id": result.execution_id,
             "status": result.status,
@@ -106,4 +111,4 @@ def run_file(
 
     engine = Engine(tools=tools, sink=_Tee(*sinks), clock=clock, payloads=MemoryPayloadStore(), run_child=run_child)
     holder["engine"] = engine
-    return engine.run(load_playbook(path), overrides)
+    return engine.run(load_playbook(path), overrides, keychain=keychain)

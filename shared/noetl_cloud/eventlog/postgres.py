@@ -135,7 +135,9 @@ class PostgresEventStore:
         sealed = [e.sealed(stream_version=first + i, ingest_time=now) for i, e in enumerate(events)]
         try:
             result = insert_rows(
-                conn, event_table, [_row(e) for e in sealed],
+                conn,
+                event_table,
+                [_row(e) for e in sealed],
                 suffix="ON CONFLICT (idempotency_key) DO NOTHING RETURNING event_id",
             )
         except IntegrityError as exc:
@@ -171,7 +173,9 @@ class PostgresEventStore:
             taken = sorted({str(h["stream_id"]) for h in heads} - made)[0]
             raise StreamVersionConflict(taken, 0, self._version_in(conn, taken))
         inserted = insert_rows(
-            conn, event_table, [_row(e) for e in sealed],
+            conn,
+            event_table,
+            [_row(e) for e in sealed],
             suffix="ON CONFLICT (idempotency_key) DO NOTHING RETURNING event_id",
         )
         assert inserted is not None

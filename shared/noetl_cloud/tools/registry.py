@@ -42,10 +42,11 @@ class ToolRegistry:
 
 
 def default_registry() -> ToolRegistry:
-    """The built-in tools: noop, python, http, playbook (postgres when its module is present)."""
+    """The built-in tools: noop, python, http, playbook, postgres (pools open on first use, not here)."""
     from noetl_cloud.tools.http import HttpTool
     from noetl_cloud.tools.noop import NoopTool
     from noetl_cloud.tools.playbook import PlaybookTool
+    from noetl_cloud.tools.postgres import PostgresTool
     from noetl_cloud.tools.python import PythonTool
 
-    return ToolRegistry([NoopTool(), PythonTool(), HttpTool(), PlaybookTool()])
+    return ToolRegistry([NoopTool(), PythonTool(), HttpTool(), PlaybookTool(), PostgresTool()])
