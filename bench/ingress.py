@@ -48,17 +48,17 @@ PLAYBOOK = (
     "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: noop, path: bench/noop}\n"
     "workflow:\n  - step: start\n    tool: {kind: noop}\n"
 )
-SUBSCRIPTION = f"""\
+SUBSCRIPTION = """\
 apiVersion: noetl.io/v1
 kind: Subscription
-metadata: {{name: bench, path: subscriptions/bench}}
+metadata: {name: bench, path: subscriptions/bench}
 spec:
   source: webhook
   mode: push
   ingress:
     gateway_path: /ingress/bench
-    verify: {{type: hmac_sha256, header: x-signature, secret: bench}}
-  dispatch: {{playbook: bench/noop, payload_from: message.json}}
+    verify: {type: hmac_sha256, header: x-signature, secret: bench}
+  dispatch: {playbook: bench/noop, payload_from: message.json}
 """
 
 

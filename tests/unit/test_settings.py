@@ -87,10 +87,13 @@ def test_cached_paramstyle_conversion_equals_pg8000s_own() -> None:
         ("format", "INSERT INTO t VALUES (%s, %s) -- comment %s", (1, "b")),
         ("named", "SELECT :x::text, $$ :inside $$", {"x": "v"}),
     ]
-    original = pg8000.legacy.convert_paramstyle
+    import pg8000.dbapi
+
+    original = pg8000.dbapi.convert_paramstyle  # pg8000's own; only the legacy module's name is replaced
     expected = [original(style, query, args) for style, query, args in cases]
     cache_paramstyle_conversion()
+    cache_paramstyle_conversion()  # idempotent
     cached = pg8000.legacy.convert_paramstyle
-    assert cached is not original
+    assert cached is not original and getattr(cached, "_noetl_cached", False)
     assert [cached(style, query, args) for style, query, args in cases] == expected
     assert [cached(style, query, args) for style, query, args in cases] == expected  # from the cache
