@@ -40,7 +40,7 @@ from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.messaging.pubsub import PubSubPublisher
 
 ROOT = Path(__file__).resolve().parent.parent
-SECRET = "bench-secret"
+SECRET = "bench-secret"  # noqa: S105 - the benchmark's own throwaway webhook secret
 TOKEN = secrets.token_hex(16)
 BODY = json.dumps({"event": "order.created", "order": {"id": 42, "items": [1, 2, 3]}}).encode()
 SIGNATURE = hmac.new(SECRET.encode(), BODY, hashlib.sha256).hexdigest()
