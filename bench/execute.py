@@ -19,7 +19,6 @@ import os
 import re
 import secrets
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -32,7 +31,7 @@ import urllib3
 from noetl_cloud.db.engine import create_db_engine
 from noetl_cloud.db.migrate import upgrade
 from noetl_cloud.local.components import pg_bindir
-from noetl_cloud.local.process import http_ok, stop_group, wait_until
+from noetl_cloud.local.process import gunicorn_argv, http_ok, stop_group, wait_until
 from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.messaging.pubsub import PubSubPublisher
 from noetl_cloud.settings import Settings
@@ -126,26 +125,8 @@ def start_role(env: dict[str, str], url: str, port: int, prefix: str) -> int:
         "NOETL_LOG_LEVEL": "WARNING",
         "NOETL_DB_POOL_SIZE": "8",
     }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "--chdir",
-            str(ROOT / "functions" / "execute"),
-            "-w",
-            "2",
-            "--threads",
-            "8",
-            "-b",
-            f"127.0.0.1:{port}",
-            "--log-level",
-            "warning",
-            "main:app",
-        ],
-        env=role_env,
-        start_new_session=True,
-    )
+    argv = gunicorn_argv(ROOT / "functions" / "execute", port=port)
+    proc = subprocess.Popen(argv, env=role_env, start_new_session=True)
     if not wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), timeout=30):
         raise SystemExit("the execute role did not start")
     return proc.pid

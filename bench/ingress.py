@@ -26,7 +26,6 @@ import os
 import re
 import secrets
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from pathlib import Path
 
 import urllib3
 
-from noetl_cloud.local.process import http_ok, stop_group, wait_until
+from noetl_cloud.local.process import gunicorn_argv, http_ok, stop_group, wait_until
 from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.messaging.pubsub import PubSubPublisher
 
@@ -63,27 +62,8 @@ spec:
 
 
 def gunicorn(chdir: Path, target: str, port: int, env: dict[str, str]) -> int:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "--chdir",
-            str(chdir),
-            "--workers",
-            "2",
-            "--threads",
-            "8",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--log-level",
-            "warning",
-            target,
-        ],
-        env={**os.environ, **env},
-        start_new_session=True,
-    )
-    return proc.pid
+    argv = gunicorn_argv(chdir, port=port, target=target)
+    return subprocess.Popen(argv, env={**os.environ, **env}, start_new_session=True).pid
 
 
 @contextmanager

@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from noetl_cloud.local.process import http_ok, stop_group, wait_until
+from noetl_cloud.local.process import gunicorn_argv, http_ok, stop_group, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,33 +20,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@contextmanager
-def role(name: str, env: dict[str, str], *, workers: int = 2, threads: int = 4) -> Iterator[str]:
-    """Start a role on a free loopback port; its base URL until the block ends."""
-    port = free_port()
+def start(name: str, env: dict[str, str], port: int, *, workers: int = 2, threads: int = 4) -> subprocess.Popen[bytes]:
+    """Start a role on ``port`` and wait until it answers its health check."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "--chdir",
-            str(ROOT / "functions" / name),
-            "--workers",
-            str(workers),
-            "--threads",
-            str(threads),
-            "--bind",
-            f"127.0.0.1:{port}",
-            "main:app",
-        ],
+        gunicorn_argv(ROOT / "functions" / name, port=port, workers=workers, threads=threads),
         env={**os.environ, **env, "NOETL_ROLE": name},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    if not wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), timeout=30):
+        stop_group(proc.pid)
+        raise RuntimeError(f"role {name} did not answer on port {port}")
+    return proc
+
+
+@contextmanager
+def role(name: str, env: dict[str, str], *, workers: int = 2, threads: int = 4) -> Iterator[str]:
+    """Start a role on a free loopback port; its base URL until the block ends."""
+    port = free_port()
+    proc = start(name, env, port, workers=workers, threads=threads)
     try:
-        if not wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), timeout=30):
-            raise RuntimeError(f"role {name} did not answer on port {port}")
         yield f"http://127.0.0.1:{port}"
     finally:
         stop_group(proc.pid)

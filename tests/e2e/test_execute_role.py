@@ -4,65 +4,26 @@ over HTTP with the shared API client, publishing to the Pub/Sub emulator."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from noetl_cloud.local.process import http_ok, stop_group, wait_until
 from noetl_cloud.web.client import ApiClient, static_token
+from tests.e2e.roles import role
 from tests.integration.control_fixtures import TOKEN, Topics, playbook
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
 def role_url(database_url: str, local_env: dict[str, str], topic_prefix: str, topics: Topics) -> Iterator[str]:
-    port = free_port()
     env = {
-        **os.environ,
         **local_env,
         "NOETL_DATABASE_URL": database_url,
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
         "NOETL_COMMAND_TOPIC_PREFIX": topic_prefix,
         "NOETL_POOLS": "shared,iot",
     }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "--chdir",
-            str(ROOT / "functions" / "execute"),
-            "--workers",
-            "2",
-            "--threads",
-            "4",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "main:app",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        assert wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), timeout=30)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_group(proc.pid)
-        proc.wait()
+    with role("execute", env) as url:
+        yield url
 
 
 def test_execute_role_serves_catalog_executions_and_subscriptions_over_http(role_url: str, topics: Topics) -> None:

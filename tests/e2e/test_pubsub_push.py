@@ -8,7 +8,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 
 import urllib3
@@ -16,9 +15,9 @@ from google.cloud import pubsub_v1
 from sqlalchemy import create_engine, text
 
 from noetl_cloud.db.engine import normalize_url
-from noetl_cloud.local.process import http_ok, stop_group, wait_until
+from noetl_cloud.local.process import stop_group, wait_until
 from noetl_cloud.web.client import ApiClient, static_token
-from tests.e2e.roles import ROOT, free_port, role
+from tests.e2e.roles import free_port, role, start
 from tests.integration.control_fixtures import PROJECT, TOKEN, Topics, playbook
 
 PUSH_TOKEN = secrets.token_hex(12)
@@ -51,28 +50,7 @@ def eventually(check: Callable[[], bool], timeout: float = 90) -> bool:
 
 
 def start_execute(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "--chdir",
-            str(ROOT / "functions" / "execute"),
-            "--workers",
-            "1",
-            "--threads",
-            "8",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "main:app",
-        ],
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    assert wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), timeout=30)
-    return proc
+    return start("execute", env, port, workers=1, threads=8)
 
 
 def test_emulator_push_makes_one_execution_per_message_even_after_a_nack(

@@ -423,27 +423,7 @@ def role(state_dir: Path, port: int, name: str, root: Path, env: dict[str, str])
         if not (source / "main.py").exists():
             raise StackError(f"no role {name!r}: {source / 'main.py'} does not exist")
         return process.spawn(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "--chdir",
-                str(source),
-                "--workers",
-                "2",
-                "--threads",
-                "8",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--access-logfile",
-                "-",
-                "--graceful-timeout",
-                "10",
-                # The path without its query: a push endpoint's token may ride in the query.
-                "--access-logformat",
-                '%(h)s "%(m)s %(U)s" %(s)s %(b)s %(M)sms',
-                "main:app",
-            ],
+            process.gunicorn_argv(source, port=port, access_log=True),
             log_path=log_path,
             env={**os.environ, **env, "NOETL_ROLE": name},
         )

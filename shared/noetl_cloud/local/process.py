@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -65,6 +66,31 @@ def spawn(argv: Sequence[str], *, log_path: Path, env: dict[str, str] | None = N
             close_fds=True,
         )
     return proc.pid
+
+
+def gunicorn_argv(
+    source: Path, *, port: int, target: str = "main:app", workers: int = 2, threads: int = 8, access_log: bool = False
+) -> list[str]:
+    """The command line that serves a role (``functions/<role>``) the way its container does."""
+    argv = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "--chdir",
+        str(source),
+        "--workers",
+        str(workers),
+        "--threads",
+        str(threads),
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--graceful-timeout",
+        "10",
+    ]
+    if access_log:
+        # The path without its query: a push endpoint's token may ride in the query.
+        argv += ["--access-logfile", "-", "--access-logformat", '%(h)s "%(m)s %(U)s" %(s)s %(b)s %(M)sms']
+    return [*argv, target]
 
 
 def stop_group(pgid: int, *, timeout: float = 15.0) -> None:
