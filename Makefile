@@ -41,8 +41,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check shared functions tests bench
 	$(BIN)/mypy
 
-bench: $(STAMP)
+## Every benchmark, each against a baseline measured in the same run (figures: docs/performance.md).
+bench: $(STAMP) prerequisites
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
+	$(BIN)/noetl-cloud local up
 	$(BIN)/python bench/ids.py
+	$(BIN)/python bench/engine.py
+	$(BIN)/python bench/execute.py
+	$(BIN)/python bench/ingress.py
 
 clean: down
 	rm -rf $(VENV) local/.state
