@@ -18,11 +18,13 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, func, select, text
 
 from noetl_cloud.db.schema import catalog
+from noetl_cloud.engine.validate import validate_playbook
 from noetl_cloud.envelope import EventFactory, sha256_hex
 from noetl_cloud.errors import Conflict, NotFound, ValidationFailed
 from noetl_cloud.eventlog.postgres import PostgresEventStore
 from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.spec import Document, parse_document
+from noetl_cloud.spec.playbook import PlaybookDoc
 from noetl_cloud.spec.subscription import SubscriptionDoc
 
 
@@ -99,6 +101,8 @@ class CatalogService:
     def register(self, content: str) -> tuple[CatalogEntry, bool]:
         """Validate and store ``content``; ``(entry, created)``."""
         document = parse_document(content)
+        if isinstance(document, PlaybookDoc):
+            validate_playbook(document)
         digest = sha256_hex(content)
         gateway_path = None
         if isinstance(document, SubscriptionDoc) and document.spec.ingress is not None:
