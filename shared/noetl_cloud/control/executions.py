@@ -62,7 +62,7 @@ def entry_step(document: dict[str, Any]) -> str:
 
 
 def _error(index: int, exc: NoetlError) -> ItemResult:
-    return ItemResult(index=index, status="error", error=exc.to_dict())
+    return ItemResult.failed(index, exc)
 
 
 class ExecutionService:
@@ -96,8 +96,8 @@ class ExecutionService:
 
     def start_one(self, request: ExecuteRequest) -> ItemResult:
         (result,) = self.start_many([request])
-        if result.status == "error" and result.error is not None:
-            raise _reraise(result.error)
+        if result.exception is not None:
+            raise result.exception
         return result
 
     def start_batch(self, items: Sequence[dict[str, Any]]) -> list[ItemResult]:
@@ -497,12 +497,3 @@ class ExecutionService:
                 ],
             )
         return {"execution_id": str(execution_id), "status": "cancelled", "changed": True}
-
-
-def _reraise(error: dict[str, Any]) -> NoetlError:
-    """Turn an item's error back into the exception a single request answers with."""
-    from noetl_cloud import errors
-
-    by_code = {"playbook_not_found": errors.NotFound, "catalog_not_found": errors.NotFound}
-    cls = by_code.get(error["code"], errors.ValidationFailed)
-    return cls(error["message"], code=error["code"], details=error.get("details"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 SNOWFLAKE = r"^[0-9]{1,19}$"
 MAX_BATCH = 1000
@@ -57,11 +57,24 @@ class BatchRequest(BaseModel):
 
 
 class ItemResult(BaseModel):
+    """One item's outcome; an error item keeps the exception a single request answers with."""
+
     index: int
     status: Literal["started", "duplicate", "error"]
     execution_id: str | None = None
     execution_pool: str | None = None
     error: dict[str, Any] | None = None
+    _exception: Any = PrivateAttr(default=None)
+
+    @classmethod
+    def failed(cls, index: int, exc: Any) -> ItemResult:
+        result = cls(index=index, status="error", error=exc.to_dict())
+        result._exception = exc
+        return result
+
+    @property
+    def exception(self) -> Any:
+        return self._exception
 
     def public(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
