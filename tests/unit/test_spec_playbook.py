@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import yaml
 
-from noetl_cloud.errors import ValidationFailed
 from noetl_cloud.spec import PlaybookDoc, parse_document
+from tests.unit.spec_support import problem_at, rejection
 
 SPECS = Path(__file__).resolve().parent.parent / "data" / "specs"
 
@@ -27,20 +27,6 @@ def parse(doc: dict[str, Any]) -> PlaybookDoc:
     parsed = parse_document(yaml.safe_dump(doc, sort_keys=False))
     assert isinstance(parsed, PlaybookDoc)
     return parsed
-
-
-def rejection(doc: dict[str, Any]) -> list[dict[str, str]]:
-    with pytest.raises(ValidationFailed) as info:
-        parse_document(yaml.safe_dump(doc, sort_keys=False))
-    assert info.value.status == 422 and info.value.code == "validation_failed"
-    details: list[dict[str, str]] = info.value.details
-    return details
-
-
-def problem_at(details: list[dict[str, str]], field: str) -> dict[str, str]:
-    matches = [d for d in details if d["field"] == field]
-    assert matches, f"no problem at {field}: {details}"
-    return matches[0]
 
 
 # -- valid documents ---------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import yaml
 from noetl_cloud.errors import ValidationFailed
 from noetl_cloud.spec import SubscriptionDoc, parse_document, validate_document
 from noetl_cloud.spec.common import parse_byte_size
+from tests.unit.spec_support import rejection
 
 SPECS = Path(__file__).resolve().parent.parent / "data" / "specs"
 RFC_EXAMPLES = sorted(path.name for path in SPECS.glob("subscription_*.yaml"))
@@ -42,15 +43,6 @@ def parse(doc: dict[str, Any]) -> SubscriptionDoc:
     parsed = parse_document(yaml.safe_dump(doc, sort_keys=False))
     assert isinstance(parsed, SubscriptionDoc)
     return parsed
-
-
-def rejection(doc: dict[str, Any]) -> list[dict[str, str]]:
-    with pytest.raises(ValidationFailed) as info:
-        parse_document(yaml.safe_dump(doc, sort_keys=False))
-    assert info.value.status == 422 and info.value.code == "validation_failed"
-    details: list[dict[str, str]] = info.value.details
-    assert details and all(set(d) == {"field", "problem", "type"} for d in details)
-    return details
 
 
 # -- the RFC's examples ---------------------------------------------------------------------------------

@@ -226,14 +226,7 @@ class ExecutionService:
             assert plan.request.dedup is not None
             key = (plan.dedup_scope, plan.request.dedup.key)
             if key in seen:  # the same key twice in one batch: the second is a duplicate of the first
-                first = seen[key]
-                results[plan.index] = ItemResult(
-                    index=plan.index,
-                    status="duplicate",
-                    execution_id=str(first.execution_id),
-                    execution_pool=first.pool,
-                )
-                self._dedup_event(conn, plan, first.execution_id, first.pool)
+                results[plan.index] = self._duplicate(conn, plan, seen[key].execution_id, seen[key].pool)
                 continue
             claimed = conn.execute(
                 text(
@@ -263,14 +256,13 @@ class ExecutionService:
                 ),
                 {"scope": key[0], "key": key[1]},
             ).one()
-            results[plan.index] = ItemResult(
-                index=plan.index,
-                status="duplicate",
-                execution_id=str(original.execution_id),
-                execution_pool=original.execution_pool,
-            )
-            self._dedup_event(conn, plan, original.execution_id, original.execution_pool)
+            results[plan.index] = self._duplicate(conn, plan, original.execution_id, original.execution_pool)
         return keep
+
+    def _duplicate(self, conn: Connection, plan: _Plan, original: int, pool: str | None) -> ItemResult:
+        """The answer to a duplicate within the window, after recording it as an event."""
+        self._dedup_event(conn, plan, original, pool)
+        return ItemResult(index=plan.index, status="duplicate", execution_id=str(original), execution_pool=pool)
 
     def _dedup_event(self, conn: Connection, plan: _Plan, original: int, pool: str | None) -> None:
         request = plan.request
