@@ -63,14 +63,27 @@ def _db(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    import yaml
+
     from noetl_cloud.engine.local import parse_sets, run_file
 
     overrides = parse_sets(args.set)
+    keychain = None
+    if args.keychain:
+        # The file holds secrets: messages name the file, never its content.
+        try:
+            keychain = yaml.safe_load(Path(args.keychain).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise BadRequest(f"--keychain {args.keychain}: cannot read ({exc.strerror})", code="usage") from None
+        except yaml.YAMLError:
+            raise BadRequest(f"--keychain {args.keychain}: not YAML or JSON", code="usage") from None
+        if not isinstance(keychain, dict) or not all(isinstance(entry, dict) for entry in keychain.values()):
+            raise BadRequest(f"--keychain {args.keychain}: expects a mapping of alias -> entry", code="usage")
     if args.events:
         with open(args.events, "w", encoding="utf-8") as events:
-            result = run_file(Path(args.playbook), overrides, events=events)
+            result = run_file(Path(args.playbook), overrides, events=events, keychain=keychain)
     else:
-        result = run_file(Path(args.playbook), overrides)
+        result = run_file(Path(args.playbook), overrides, keychain=keychain)
     print(
         json.dumps(
             {
@@ -109,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("playbook", help="the playbook YAML file")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a workload override")
     run.add_argument("--events", metavar="FILE", help="also write every event as JSON lines to FILE")
+    run.add_argument(
+        "--keychain", metavar="FILE", help="credentials: a YAML/JSON file mapping alias -> entry (never printed)"
+    )
     run.set_defaults(handler=_run)
     return parser
 

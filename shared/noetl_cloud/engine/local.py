@@ -84,7 +84,8 @@ def run_file(
     """Run the playbook at ``path`` to its end and return how it ended.
 
     ``keychain`` maps credential aliases to entries (``{"pg_local": {"kind": "postgres", "dsn": ...}}``); child
-    playbooks see the same keychain.
+    playbooks see the same keychain. A child started from a loop iteration sees that iteration as
+    ``iter.parent``.
     """
     if tools is None:
         from noetl_cloud.tools.registry import default_registry
@@ -95,9 +96,9 @@ def run_file(
         sinks.append(JsonlSink(events))
     holder: dict[str, Engine] = {}
 
-    def run_child(child: str, args: dict[str, Any]) -> Outcome:
+    def run_child(child: str, args: dict[str, Any], parent_iter: Mapping[str, Any] | None = None) -> Outcome:
         target = (path.parent / child) if Path(child).suffix else (path.parent / f"{child}.yaml")
-        result = holder["engine"].run(load_playbook(target), args, keychain=keychain)
+        result = holder["engine"].run(load_playbook(target), args, keychain=keychain, parent_iter=parent_iter)
         body = {
             "execution_id": result.execution_id,
             "status": result.status,

@@ -14,6 +14,8 @@ parallel iterations deterministically, and returns a :class:`PipelineResult`. Ea
 
 from __future__ import annotations
 
+import copy
+import inspect
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -95,15 +97,17 @@ def run_pipeline(
                     decision = decide(task.rules, outcome.status, scope, sc.renderer, step=sc.step, task=task.label)
                 except TemplateFailure as exc:
                     fatal = {"kind": exc.code, "message": exc.message, **_details(exc)}
+            if fatal is None and decision is not None and decision.set_ctx:
+                try:  # a write-once conflict fails this attempt, and task.done says so (§6.6)
+                    sc.ctx.check(decision.set_ctx, writer=writer)
+                except CtxConflict as exc:
+                    fatal = {"kind": exc.code, "message": exc.message, **_details(exc)}
             delay = None
-            if decision is not None and decision.do == "retry" and attempt < decision.attempts:
+            if fatal is None and decision is not None and decision.do == "retry" and attempt < decision.attempts:
                 delay = backoff_delay(decision.backoff, decision.delay, attempt)
             _task_done(sc, task, attempt, iteration, outcome, decision, fatal, delay)
             if fatal is None and decision is not None:
-                try:
-                    _apply_writes(sc, task, decision, iter_scope, writer)
-                except CtxConflict as exc:
-                    fatal = {"kind": exc.code, "message": exc.message, **_details(exc)}
+                _apply_writes(sc, task, decision, iter_scope, writer)
             if fatal is not None:
                 return PipelineResult("failed", prev, {**fatal, "task": task.label}, iter_scope)
             assert decision is not None
@@ -184,10 +188,34 @@ def _attempt(
         task=task.label,
         attempt=attempt,
         keychain=sc.keychain,
-        run_child=sc.run_child,
+        run_child=_child_runner(sc, iter_scope, iteration),
     )
     outcome = tool.run(call)
     return outcome.with_meta(attempt=attempt, duration=round(sc.clock.now() - started, 6)), None
+
+
+def _child_runner(
+    sc: StepContext, iter_scope: dict[str, Any], iteration: int | None
+) -> Callable[[str, dict[str, Any]], Outcome] | None:
+    """``run_child`` for one task: inside a loop iteration, a runner that accepts ``parent_iter`` gets this
+    iteration's ``iter`` (a copy), which the child sees as ``iter.parent`` (§3.5)."""
+    run_child = sc.run_child
+    if run_child is None or iteration is None:
+        return run_child
+    try:
+        takes_parent = "parent_iter" in inspect.signature(run_child).parameters
+    except (TypeError, ValueError):
+        takes_parent = False
+    if not takes_parent:
+        return run_child
+    parent = copy.deepcopy(iter_scope)
+    runner: Any = run_child
+
+    def run_with_parent(path: str, args: dict[str, Any]) -> Outcome:
+        result: Outcome = runner(path, args, parent_iter=parent)
+        return result
+
+    return run_with_parent
 
 
 def _apply_writes(

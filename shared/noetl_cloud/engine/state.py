@@ -34,8 +34,8 @@ class CtxStore:
         """Stop write-once checking (the parallel loop ended)."""
         self._owners = None
 
-    def apply(self, values: Mapping[str, Any], *, writer: str | None = None) -> list[dict[str, Any]]:
-        """Write ``values`` and return the patch; nothing is written if any key conflicts."""
+    def check(self, values: Mapping[str, Any], *, writer: str | None = None) -> None:
+        """Raise :class:`CtxConflict` if writing ``values`` as ``writer`` would conflict; write nothing."""
         if self._owners is not None and writer is not None:
             for key, value in values.items():
                 owner = self._owners.get(key)
@@ -44,6 +44,10 @@ class CtxStore:
                         f"set_ctx conflict on key '{key}': already written by {owner} in this parallel loop",
                         details={"key": key, "owner": owner, "writer": writer},
                     )
+
+    def apply(self, values: Mapping[str, Any], *, writer: str | None = None) -> list[dict[str, Any]]:
+        """Write ``values`` and return the patch; nothing is written if any key conflicts."""
+        self.check(values, writer=writer)
         patch: list[dict[str, Any]] = []
         for key, value in values.items():
             if key in self.data and self.data[key] == value:

@@ -92,3 +92,52 @@ def test_child_playbook_files_run_relative_to_the_parent(tmp_path: Path, capsys:
     assert (
         printed["results"]["start"]["results"] == {"start": 42} and printed["results"]["start"]["status"] == "completed"
     )
+
+
+_PG_PLAYBOOK = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: keyed}
+keychain:
+  - {name: pg_x, kind: postgres_credential}
+workflow:
+  - step: start
+    tool: {kind: postgres, auth: pg_x, query: "SELECT 1"}
+"""
+
+
+def test_run_keychain_file_reaches_the_tools_and_secrets_are_never_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    playbook = tmp_path / "keyed.yaml"
+    playbook.write_text(_PG_PLAYBOOK)
+    keychain = tmp_path / "keychain.json"  # JSON is YAML: either works
+    keychain.write_text(json.dumps({"pg_x": {"kind": "http_credential", "password": "s3cret-value"}}))
+    events = tmp_path / "out.jsonl"
+    assert main(["run", str(playbook), "--keychain", str(keychain), "--events", str(events)]) == 1
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    # bad_credential (not unknown_credential): the tool found the alias in the file's keychain
+    assert printed["error"]["error"]["kind"] == "bad_credential"
+    assert "s3cret-value" not in captured.out + captured.err + events.read_text()
+
+    assert main(["run", str(playbook)]) == 1  # without --keychain the alias is unknown
+    assert json.loads(capsys.readouterr().out)["error"]["error"]["kind"] == "unknown_credential"
+
+
+@pytest.mark.parametrize("content", ["- s3cret-value\n", "pg_x: s3cret-value\n", "{pg_x: [s3cret-value\n"])
+def test_run_bad_keychain_file_is_a_usage_error_that_does_not_echo_it(
+    content: str, playbook_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keychain = tmp_path / "keychain.yaml"
+    keychain.write_text(content)
+    assert main(["run", str(playbook_file), "--keychain", str(keychain)]) == 2
+    captured = capsys.readouterr()
+    assert "usage" in captured.err and "s3cret-value" not in captured.out + captured.err
+
+
+def test_run_missing_keychain_file_is_a_usage_error(
+    playbook_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", str(playbook_file), "--keychain", str(tmp_path / "nope.yaml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
