@@ -77,6 +77,9 @@ class Settings(BaseModel):
     ingress_principals: tuple[str, ...] = ()
     api_url: str | None = None
 
+    # Coordination state (Firestore): one collection per deployment.
+    kv_collection: str = Field(default="noetl-kv", pattern=r"^[A-Za-z0-9_-]{1,100}$")
+
     # The wallet.
     secrets_backend: Literal["local", "secret_manager"] = "local"
     secrets_dir: str | None = None

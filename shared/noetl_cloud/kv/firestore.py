@@ -156,11 +156,16 @@ class FirestoreKeyValueStore(TransactionalStore):
         self._jitter = random.SystemRandom()
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, collection: str = DEFAULT_COLLECTION) -> FirestoreKeyValueStore:
-        """The store of a deployment: ``NOETL_PROJECT_ID``, and ``FIRESTORE_EMULATOR_HOST`` when set."""
+    def from_settings(cls, settings: Settings, *, collection: str | None = None) -> FirestoreKeyValueStore:
+        """The store of a deployment: ``NOETL_PROJECT_ID``, ``NOETL_KV_COLLECTION``, and
+        ``FIRESTORE_EMULATOR_HOST`` when set."""
         settings.require("project_id")
         assert settings.project_id is not None
-        return cls(settings.project_id, collection=collection, emulator_host=settings.firestore_emulator_host)
+        return cls(
+            settings.project_id,
+            collection=collection or settings.kv_collection,
+            emulator_host=settings.firestore_emulator_host,
+        )
 
     # -- the client ------------------------------------------------------------------------------
 
