@@ -148,17 +148,33 @@ class IngressService:
             outcome = self._dispatch(listener, config, identity, body, header_pairs)
         except BaseException:
             if claim is not None:
-                self.kv.delete(claim[0], expected_version=claim[1])
+                self._release(claim)
             raise
         if claim is not None:
-            ttl = float((config.get("verify") or {}).get("tolerance_s") or 300) + 60.0
+            self._record_accepted(claim, config, outcome)
+        return outcome
+
+    def _release(self, claim: tuple[str, int]) -> None:
+        """Give the message id back so the redelivery of a failed delivery is processed."""
+        try:
+            self.kv.delete(claim[0], expected_version=claim[1])
+        except NoetlError:  # the claim expires on its own; the original failure is what matters
+            log.warning("delivery claim not released", extra={"key": claim[0]})
+
+    def _record_accepted(self, claim: tuple[str, int], config: dict[str, Any], outcome: Outcome) -> None:
+        """Remember the id as accepted. Best effort: the delivery itself already succeeded, so a
+        claim that expired during a slow forward (or a coordination store outage) must not turn it
+        into an error; the control plane's dedup window is the second line."""
+        ttl = float((config.get("verify") or {}).get("tolerance_s") or 300) + 60.0
+        try:
             self.kv.compare_and_set(
                 claim[0],
                 {"state": "accepted", "execution_id": outcome.execution_id, "outcome": outcome.status},
                 expected_version=claim[1],
                 ttl_s=ttl,
             )
-        return outcome
+        except NoetlError:
+            log.warning("accepted delivery not recorded for replay protection", extra={"key": claim[0]})
 
     def _verify(
         self,
