@@ -40,6 +40,7 @@ test-unit: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check shared functions tests bench
 	$(BIN)/mypy
+	@command -v terraform >/dev/null && terraform fmt -check -recursive infra || echo "terraform not installed: skipped fmt check"
 
 ## Every benchmark, each against a baseline measured in the same run (figures: docs/performance.md).
 bench: $(STAMP) prerequisites

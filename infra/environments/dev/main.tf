@@ -1,0 +1,45 @@
+provider "google" {
+  project = var.project_id
+  region  = var.region
+
+  default_labels = {
+    app         = "noetl"
+    environment = "dev"
+  }
+}
+
+module "noetl" {
+  source = "../../modules/stack"
+
+  project_id              = var.project_id
+  region                  = var.region
+  firestore_location      = var.firestore_location
+  image                   = var.image
+  roles                   = var.roles
+  pools                   = var.pools
+  webhook_secrets         = var.webhook_secrets
+  source_subscriptions    = var.source_subscriptions
+  scheduled_subscriptions = var.scheduled_subscriptions
+
+  tenant = {
+    log_level = "DEBUG"
+  }
+
+  # A small zonal instance with a public IP that only the Cloud SQL connector can use (no
+  # authorized networks), and everything destroyable.
+  cloudsql = {
+    tier                           = "db-custom-1-3840"
+    availability_type              = "ZONAL"
+    retained_backups               = 7
+    point_in_time_recovery_enabled = true
+    deletion_protection            = false
+  }
+
+  buckets = {
+    spool_dead_letter_days = 14
+    payload_delete_days    = 30
+    force_destroy          = true
+  }
+
+  deletion_protection = false
+}

@@ -1,0 +1,14 @@
+terraform {
+  required_version = ">= 1.5"
+
+  required_providers {
+    google = {
+      source  = "hashicorp/google"
+      version = ">= 6.0, < 7.0"
+    }
+  }
+
+  # State in a GCS bucket of the operator's choosing:
+  #   terraform init -backend-config="bucket=<state bucket>" -backend-config="prefix=noetl/dev"
+  backend "gcs" {}
+}

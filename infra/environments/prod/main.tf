@@ -1,0 +1,49 @@
+provider "google" {
+  project = var.project_id
+  region  = var.region
+
+  default_labels = {
+    app         = "noetl"
+    environment = "prod"
+  }
+}
+
+module "noetl" {
+  source = "../../modules/stack"
+
+  project_id              = var.project_id
+  region                  = var.region
+  firestore_location      = var.firestore_location
+  image                   = var.image
+  roles                   = var.roles
+  pools                   = var.pools
+  webhook_secrets         = var.webhook_secrets
+  source_subscriptions    = var.source_subscriptions
+  scheduled_subscriptions = var.scheduled_subscriptions
+
+  tenant = {
+    log_level = "INFO"
+  }
+
+  cloudsql = {
+    tier                           = "db-custom-2-7680"
+    availability_type              = "REGIONAL"
+    disk_size_gb                   = 50
+    retained_backups               = 30
+    point_in_time_recovery_enabled = true
+    transaction_log_retention_days = 7
+    private_network                = var.private_network
+    deletion_protection            = true
+  }
+
+  vpc_access = {
+    network    = var.private_network
+    subnetwork = var.vpc_subnetwork
+  }
+
+  buckets = {
+    spool_dead_letter_days = 90
+  }
+
+  deletion_protection = true
+}

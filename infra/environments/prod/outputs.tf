@@ -1,0 +1,29 @@
+output "service_urls" {
+  description = "URL of each role's service."
+  value       = module.noetl.service_urls
+}
+
+output "ingress_url" {
+  description = "Public base URL of the push ingress."
+  value       = module.noetl.ingress_url
+}
+
+output "service_accounts" {
+  description = "Service account of each role and of the push, scheduler, migration and deployer identities."
+  value       = module.noetl.service_accounts
+}
+
+output "image_repository" {
+  description = "Artifact Registry path the image is pushed to."
+  value       = module.noetl.image_repository
+}
+
+output "cloudbuild_substitutions" {
+  description = "The --substitutions of gcloud builds submit."
+  value       = module.noetl.cloudbuild_substitutions
+}
+
+output "cloudsql_connection_name" {
+  description = "NOETL_CLOUDSQL_INSTANCE."
+  value       = module.noetl.cloudsql_connection_name
+}

@@ -1,0 +1,229 @@
+data "google_project" "this" {
+  project_id = var.project_id
+}
+
+locals {
+  # Who holds what (docs/deploy.md explains each grant). Filtered to the roles deployed.
+  control_plane   = setintersection(var.roles, ["execute", "frames", "projector"])
+  firestore_users = setintersection(var.roles, ["ingress", "spool_drainer", "subscription_runtime"])
+  spool_users     = setintersection(var.roles, ["ingress", "spool_drainer", "subscription_runtime"])
+  payload_writers = setintersection(var.roles, ["worker"])
+  payload_readers = setintersection(var.roles, ["projector"])
+  publishers      = setintersection(var.roles, ["execute"])
+  secret_readers  = setintersection(var.roles, ["execute"])
+  source_pullers  = setintersection(var.roles, ["subscription_runtime"])
+
+  role_members = { for r in var.roles : r => "serviceAccount:${google_service_account.role[r].email}" }
+  push_member  = "serviceAccount:${google_service_account.push.email}"
+  sched_member = "serviceAccount:${google_service_account.scheduler.email}"
+
+  # run.invoker of each service: the service accounts allowed to call it. ingress is public
+  # (allUsers, set by the stack on that one service); subscription_runtime is called by no one.
+  # The Pub/Sub push identity appears only under worker and projector.
+  invokers = {
+    execute = compact([
+      for caller in ["ingress", "worker", "spool_drainer", "subscription_runtime"] :
+      contains(var.roles, caller) ? local.role_members[caller] : ""
+    ])
+    frames               = compact([contains(var.roles, "worker") ? local.role_members["worker"] : ""])
+    worker               = [local.push_member]
+    projector            = [local.push_member]
+    spool_drainer        = []
+    subscription_runtime = []
+    ingress              = []
+  }
+  # The scheduler calls the control plane (outbox sweep, scheduled subscriptions), frames (reaper)
+  # and the drainer.
+  scheduler_targets = setintersection(var.roles, ["execute", "frames", "spool_drainer"])
+
+  cloudsql_condition = {
+    title      = "noetl-instance-only"
+    expression = "resource.name == \"projects/${var.project_id}/instances/${var.resources.cloudsql_instance}\" && resource.service == \"sqladmin.googleapis.com\""
+  }
+
+  cloudsql_members = merge(
+    { for r in local.control_plane : r => local.role_members[r] },
+    { migrate = "serviceAccount:${google_service_account.migrate.email}" },
+  )
+  runtime_accounts = merge(
+    { for r in var.roles : r => google_service_account.role[r].name },
+    { migrate = google_service_account.migrate.name },
+  )
+}
+
+# -- identities ------------------------------------------------------------------------------------
+
+resource "google_service_account" "role" {
+  for_each = var.roles
+
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-${replace(each.key, "_", "-")}"
+  display_name = "NoETL ${each.key}"
+  description  = "Runtime identity of the NoETL ${each.key} Cloud Run service."
+}
+
+resource "google_service_account" "push" {
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-pubsub-push"
+  display_name = "NoETL Pub/Sub push"
+  description  = "OIDC identity of the Pub/Sub push subscriptions; may invoke only worker and projector."
+}
+
+resource "google_service_account" "scheduler" {
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-scheduler"
+  display_name = "NoETL Cloud Scheduler"
+  description  = "OIDC identity of the scheduled jobs (reaper, outbox sweep, drainer, scheduled subscriptions)."
+}
+
+resource "google_service_account" "migrate" {
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-migrate"
+  display_name = "NoETL migrations"
+  description  = "Runs noetl-cloud db upgrade as a Cloud Run job; owns the schema."
+}
+
+resource "google_service_account" "deployer" {
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-deployer"
+  display_name = "NoETL Cloud Build deployer"
+  description  = "Cloud Build identity: pushes the image, runs the migration job, rolls out new revisions."
+}
+
+# -- Cloud SQL: control-plane roles and the migration job only ------------------------------------
+
+resource "google_project_iam_member" "cloudsql_client" {
+  for_each = local.cloudsql_members
+
+  project = var.project_id
+  role    = "roles/cloudsql.client"
+  member  = each.value
+
+  condition {
+    title      = local.cloudsql_condition.title
+    expression = local.cloudsql_condition.expression
+  }
+}
+
+resource "google_project_iam_member" "cloudsql_instance_user" {
+  for_each = local.cloudsql_members
+
+  project = var.project_id
+  role    = "roles/cloudsql.instanceUser"
+  member  = each.value
+
+  condition {
+    title      = local.cloudsql_condition.title
+    expression = local.cloudsql_condition.expression
+  }
+}
+
+# -- Firestore: coordination state (circuits, leases, replay protection) --------------------------
+
+resource "google_project_iam_member" "datastore_user" {
+  for_each = local.firestore_users
+
+  project = var.project_id
+  role    = "roles/datastore.user"
+  member  = local.role_members[each.key]
+}
+
+# -- Pub/Sub: execute publishes commands and mirrors events; the runtime pulls user sources -------
+
+resource "google_pubsub_topic_iam_member" "command_publisher" {
+  for_each = { for pair in setproduct(local.publishers, keys(var.resources.command_topics)) : "${pair[0]}/${pair[1]}" => pair }
+
+  project = var.project_id
+  topic   = var.resources.command_topics[each.value[1]]
+  role    = "roles/pubsub.publisher"
+  member  = local.role_members[each.value[0]]
+}
+
+resource "google_pubsub_topic_iam_member" "events_publisher" {
+  for_each = local.publishers
+
+  project = var.project_id
+  topic   = var.resources.events_topic
+  role    = "roles/pubsub.publisher"
+  member  = local.role_members[each.key]
+}
+
+resource "google_pubsub_subscription_iam_member" "source_subscriber" {
+  for_each = { for pair in setproduct(local.source_pullers, var.resources.source_subscriptions) : "${pair[0]}/${pair[1]}" => pair }
+
+  project      = var.project_id
+  subscription = each.value[1]
+  role         = "roles/pubsub.subscriber"
+  member       = local.role_members[each.value[0]]
+}
+
+# Projects created before 2021-04-08: the Pub/Sub service agent mints the push OIDC tokens.
+resource "google_service_account_iam_member" "push_token_creator" {
+  service_account_id = google_service_account.push.name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+}
+
+# -- Cloud Storage: spool and payload buckets ----------------------------------------------------
+
+resource "google_storage_bucket_iam_member" "spool_user" {
+  for_each = local.spool_users
+
+  bucket = var.resources.spool_bucket
+  role   = "roles/storage.objectUser"
+  member = local.role_members[each.key]
+}
+
+resource "google_storage_bucket_iam_member" "payload_writer" {
+  for_each = local.payload_writers
+
+  bucket = var.resources.payload_bucket
+  role   = "roles/storage.objectUser"
+  member = local.role_members[each.key]
+}
+
+resource "google_storage_bucket_iam_member" "payload_reader" {
+  for_each = local.payload_readers
+
+  bucket = var.resources.payload_bucket
+  role   = "roles/storage.objectViewer"
+  member = local.role_members[each.key]
+}
+
+# -- Secret Manager: the wallet is read by the control plane only ---------------------------------
+
+resource "google_secret_manager_secret_iam_member" "webhook_secret_accessor" {
+  for_each = { for pair in setproduct(local.secret_readers, var.resources.webhook_secrets) : "${pair[0]}/${pair[1]}" => pair }
+
+  project   = var.project_id
+  secret_id = each.value[1]
+  role      = "roles/secretmanager.secretAccessor"
+  member    = local.role_members[each.value[0]]
+}
+
+# -- the Cloud Build deployer --------------------------------------------------------------------
+
+resource "google_project_iam_member" "deployer" {
+  for_each = toset(["roles/run.developer", "roles/logging.logWriter"])
+
+  project = var.project_id
+  role    = each.key
+  member  = "serviceAccount:${google_service_account.deployer.email}"
+}
+
+resource "google_artifact_registry_repository_iam_member" "deployer_writer" {
+  project    = var.project_id
+  location   = var.resources.artifact_registry.location
+  repository = var.resources.artifact_registry.repository
+  role       = "roles/artifactregistry.writer"
+  member     = "serviceAccount:${google_service_account.deployer.email}"
+}
+
+# Deploying a revision that runs as a service account needs actAs on that account (and no other).
+resource "google_service_account_iam_member" "deployer_act_as" {
+  for_each = local.runtime_accounts
+
+  service_account_id = each.value
+  role               = "roles/iam.serviceAccountUser"
+  member             = "serviceAccount:${google_service_account.deployer.email}"
+}

@@ -1,0 +1,42 @@
+variable "project_id" {
+  description = "Project that owns the service accounts and the grants."
+  type        = string
+}
+
+variable "name_prefix" {
+  description = "Prefix of every service account id (<prefix>-<role>)."
+  type        = string
+  default     = "noetl"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{0,8}$", var.name_prefix))
+    error_message = "name_prefix is 1-9 lowercase letters, digits or dashes, starting with a letter."
+  }
+}
+
+variable "roles" {
+  description = "The roles deployed (keys of the stack's roles map); each gets its own service account."
+  type        = set(string)
+
+  validation {
+    condition     = alltrue([for r in var.roles : contains(["execute", "ingress", "worker", "projector", "frames", "spool_drainer", "subscription_runtime"], r)])
+    error_message = "Roles are execute, ingress, worker, projector, frames, spool_drainer, subscription_runtime."
+  }
+}
+
+variable "resources" {
+  description = "The resources the grants are scoped to (each grant names one resource, never the whole project, where the service allows it)."
+  type = object({
+    cloudsql_instance    = string
+    command_topics       = map(string)
+    events_topic         = string
+    spool_bucket         = string
+    payload_bucket       = string
+    webhook_secrets      = optional(set(string), [])
+    source_subscriptions = optional(set(string), [])
+    artifact_registry = object({
+      location   = string
+      repository = string
+    })
+  })
+}

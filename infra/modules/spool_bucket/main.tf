@@ -1,0 +1,44 @@
+resource "google_storage_bucket" "this" {
+  project       = var.project_id
+  name          = var.name
+  location      = var.location
+  storage_class = var.storage_class
+  labels        = var.labels
+  force_destroy = var.force_destroy
+
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+
+  versioning {
+    enabled = var.versioning
+  }
+
+  lifecycle_rule {
+    condition {
+      age            = var.lifecycle_policy.dead_letter_age_days
+      matches_prefix = [var.lifecycle_policy.dead_letter_prefix]
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  dynamic "lifecycle_rule" {
+    for_each = var.lifecycle_policy.delete_after_days == null ? [] : [var.lifecycle_policy.delete_after_days]
+    content {
+      condition {
+        age = lifecycle_rule.value
+      }
+      action {
+        type = "Delete"
+      }
+    }
+  }
+
+  dynamic "encryption" {
+    for_each = var.kms_key_name == null ? [] : [var.kms_key_name]
+    content {
+      default_kms_key_name = encryption.value
+    }
+  }
+}

@@ -1,0 +1,59 @@
+output "service_urls" {
+  description = "URL of each role's service (the deterministic run.app form the roles are configured with)."
+  value       = local.url
+}
+
+output "ingress_url" {
+  description = "Public base URL of the push ingress (POST /ingress/<listener>)."
+  value       = try(local.url["ingress"], null)
+}
+
+output "execute_url" {
+  description = "Base URL of the control-plane API (NOETL_API_URL, NOETL_INTERNAL_API_AUDIENCE)."
+  value       = local.url["execute"]
+}
+
+output "service_names" {
+  description = "Cloud Run service name of each role."
+  value       = local.service_name
+}
+
+output "service_accounts" {
+  description = "Service account of each role, plus the push, scheduler, migration and deployer identities."
+  value = merge(module.iam.role_emails, {
+    pubsub_push = module.iam.push_email
+    scheduler   = module.iam.scheduler_email
+    migrate     = module.iam.migrate_email
+    deployer    = module.iam.deployer_email
+  })
+}
+
+output "image_repository" {
+  description = "Artifact Registry path images are pushed to (<region>-docker.pkg.dev/<project>/<repository>)."
+  value       = "${google_artifact_registry_repository.images.location}-docker.pkg.dev/${var.project_id}/${google_artifact_registry_repository.images.repository_id}"
+}
+
+output "cloudsql_connection_name" {
+  description = "NOETL_CLOUDSQL_INSTANCE of the control plane."
+  value       = module.cloudsql.connection_name
+}
+
+output "migrate_job" {
+  description = "Cloud Run job that runs noetl-cloud db upgrade."
+  value       = google_cloud_run_v2_job.migrate.name
+}
+
+output "buckets" {
+  description = "Spool and payload bucket names."
+  value       = { spool = module.spool_bucket.name, payloads = module.payload_bucket.name }
+}
+
+output "topics" {
+  description = "Command topic of each pool and the events topic."
+  value       = { commands = { for p, t in module.pubsub.command_topics : p => t.name }, events = module.pubsub.events_topic.name }
+}
+
+output "cloudbuild_substitutions" {
+  description = "The --substitutions of gcloud builds submit for this stack."
+  value       = "_REGION=${var.region},_REPOSITORY=${google_artifact_registry_repository.images.repository_id},_NAME_PREFIX=${var.name_prefix},_ROLES=${join(" ", sort(tolist(local.roles)))}"
+}

@@ -1,0 +1,221 @@
+variable "project_id" {
+  description = "Google Cloud project to deploy into."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project_id))
+    error_message = "project_id is a Google Cloud project id (6-30 lowercase letters, digits, dashes)."
+  }
+}
+
+variable "region" {
+  description = "Region of the Cloud Run services, Cloud SQL, the buckets, the scheduler jobs and the image repository."
+  type        = string
+}
+
+variable "name_prefix" {
+  description = "Prefix of every resource name (<prefix>-<role>, <prefix>-spool-<project>, ...)."
+  type        = string
+  default     = "noetl"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{0,8}$", var.name_prefix))
+    error_message = "name_prefix is 1-9 lowercase letters, digits or dashes, starting with a letter."
+  }
+}
+
+variable "image" {
+  description = "Image of the first revision of every service and of the migration job. Cloud Build replaces it on every build (Terraform ignores later image changes), so the default is Google's public placeholder."
+  type        = string
+  nullable    = false
+  default     = "us-docker.pkg.dev/cloudrun/container/hello"
+}
+
+variable "roles" {
+  description = "The roles to deploy, keyed by role name, with their Cloud Run sizing. Every role by default; a role left out gets no service, no service account and no grants."
+  type = map(object({
+    min_instances   = optional(number, 0)
+    max_instances   = optional(number, 10)
+    concurrency     = optional(number, 80)
+    timeout_seconds = optional(number, 300)
+    cpu             = optional(string, "1")
+    memory          = optional(string, "512Mi")
+    cpu_idle        = optional(bool, true)
+    ingress         = optional(string, "INGRESS_TRAFFIC_INTERNAL_ONLY")
+    push_path       = optional(string, "/")
+    env             = optional(map(string), {})
+    secret_env = optional(map(object({
+      secret  = string
+      version = optional(string, "latest")
+    })), {})
+  }))
+  nullable = false
+  default = {
+    execute = {
+      ingress = "INGRESS_TRAFFIC_ALL"
+    }
+    ingress = {
+      ingress     = "INGRESS_TRAFFIC_ALL"
+      concurrency = 80
+      memory      = "256Mi"
+    }
+    worker = {
+      concurrency     = 8
+      timeout_seconds = 600
+      memory          = "1Gi"
+    }
+    projector = {
+      concurrency = 20
+    }
+    frames = {
+      ingress = "INGRESS_TRAFFIC_ALL"
+    }
+    spool_drainer = {
+      concurrency     = 1
+      max_instances   = 2
+      timeout_seconds = 900
+    }
+    subscription_runtime = {
+      min_instances = 1
+      max_instances = 4
+      cpu_idle      = false
+    }
+  }
+
+  validation {
+    condition     = alltrue([for r in keys(var.roles) : contains(["execute", "ingress", "worker", "projector", "frames", "spool_drainer", "subscription_runtime"], r)])
+    error_message = "Roles are execute, ingress, worker, projector, frames, spool_drainer, subscription_runtime."
+  }
+
+  validation {
+    condition     = contains(keys(var.roles), "execute")
+    error_message = "The execute role (the control plane) is always deployed."
+  }
+
+  validation {
+    condition     = !contains(keys(var.roles), "subscription_runtime") || try(var.roles["subscription_runtime"].min_instances >= 1 && !var.roles["subscription_runtime"].cpu_idle, false)
+    error_message = "subscription_runtime holds a pull subscription: min_instances >= 1 and cpu_idle = false."
+  }
+}
+
+variable "pools" {
+  description = "Execution pools (NOETL_POOLS): one command topic, push subscription and dead-letter topic each."
+  type        = set(string)
+  default     = ["shared"]
+
+  validation {
+    condition     = length(var.pools) > 0 && alltrue([for p in var.pools : can(regex("^[a-z][a-z0-9-]{0,30}$", p))])
+    error_message = "At least one pool; pool names match ^[a-z][a-z0-9-]{0,30}$."
+  }
+}
+
+variable "tenant" {
+  description = "Isolation boundary of everything this deployment writes (NOETL_TENANT_ID, NOETL_ORGANIZATION_ID) and its log level."
+  type = object({
+    tenant_id       = optional(string, "default")
+    organization_id = optional(string, "default")
+    log_level       = optional(string, "INFO")
+  })
+  default = {}
+
+  validation {
+    condition     = contains(["DEBUG", "INFO", "WARNING", "ERROR"], var.tenant.log_level)
+    error_message = "log_level is DEBUG, INFO, WARNING or ERROR."
+  }
+}
+
+variable "firestore_location" {
+  description = "Firestore location (a region or a multi-region such as nam5 / eur3)."
+  type        = string
+}
+
+variable "cloudsql" {
+  description = "The PostgreSQL 15 instance: machine, backups/PITR, private network, deletion protection (see modules/cloudsql)."
+  type = object({
+    tier                           = optional(string, "db-custom-1-3840")
+    availability_type              = optional(string, "ZONAL")
+    disk_size_gb                   = optional(number, 10)
+    retained_backups               = optional(number, 14)
+    point_in_time_recovery_enabled = optional(bool, true)
+    transaction_log_retention_days = optional(number, 7)
+    private_network                = optional(string)
+    deletion_protection            = optional(bool, true)
+  })
+  default = {}
+}
+
+variable "vpc_access" {
+  description = "Direct VPC egress of the control-plane services and the migration job (required when cloudsql.private_network is set); null = none."
+  type = object({
+    network    = string
+    subnetwork = string
+    egress     = optional(string, "PRIVATE_RANGES_ONLY")
+  })
+  default = null
+}
+
+variable "buckets" {
+  description = "Spool and payload buckets: dead-letter retention of the spool, optional payload expiry, optional CMEK, force_destroy for throwaway environments."
+  type = object({
+    spool_dead_letter_days = optional(number, 30)
+    payload_delete_days    = optional(number)
+    kms_key_name           = optional(string)
+    force_destroy          = optional(bool, false)
+  })
+  default = {}
+}
+
+variable "webhook_secrets" {
+  description = "Secret Manager secret ids of the listeners' verification secrets (the aliases of verify.secret). Terraform creates the empty secrets; values are added with gcloud, never through Terraform."
+  type        = set(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for s in var.webhook_secrets : can(regex("^[A-Za-z0-9_-]{1,255}$", s))])
+    error_message = "Secret ids are letters, digits, dashes and underscores."
+  }
+}
+
+variable "source_subscriptions" {
+  description = "Full ids (projects/<p>/subscriptions/<s>) of the users' own Pub/Sub subscriptions that subscription_runtime pulls."
+  type        = set(string)
+  default     = []
+}
+
+variable "scheduled_subscriptions" {
+  description = "Playbooks started on a schedule, keyed by job name: cron schedule, catalog path, workload as a JSON object text, time zone."
+  type = map(object({
+    schedule  = string
+    path      = string
+    workload  = optional(string, "{}")
+    time_zone = optional(string, "Etc/UTC")
+  }))
+  default = {}
+
+  validation {
+    condition     = alltrue([for s in values(var.scheduled_subscriptions) : can(jsondecode(s.workload))])
+    error_message = "workload is a JSON object text."
+  }
+}
+
+variable "maintenance_schedules" {
+  description = "Cron schedules of the built-in jobs: outbox sweep (execute), frame lease reaper (frames), spool drainer."
+  type = object({
+    outbox_sweep = optional(string, "* * * * *")
+    frame_reaper = optional(string, "* * * * *")
+    drainer      = optional(string, "*/5 * * * *")
+  })
+  default = {}
+}
+
+variable "deletion_protection" {
+  description = "Protect the services, the migration job and the Firestore database against deletion."
+  type        = bool
+  default     = true
+}
+
+variable "labels" {
+  description = "Labels of every labelled resource."
+  type        = map(string)
+  default     = {}
+}

@@ -1,0 +1,116 @@
+"""cloudbuild.yaml: every file a step names exists, every role is rolled out, nothing project-specific is written."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.unit.test_infra import _roles
+
+ROOT = Path(__file__).resolve().parents[2]
+CLOUDBUILD = ROOT / "cloudbuild.yaml"
+
+
+def _build() -> dict[str, Any]:
+    return yaml.safe_load(CLOUDBUILD.read_text())
+
+
+def _steps() -> dict[str, dict[str, Any]]:
+    return {step["id"]: step for step in _build()["steps"]}
+
+
+def _script(step: dict[str, Any]) -> str:
+    return "\n".join(str(a) for a in step.get("args", []))
+
+
+def test_steps_are_in_order_lint_build_push_migrate_deploy_smoke() -> None:
+    ids = list(_steps())
+    for before, after in [
+        ("lint-and-unit-tests", "build-image"),
+        ("build-image", "push-image"),
+        ("push-image", "migrate-database"),
+        ("migrate-database", "deploy-execute"),
+        ("deploy-subscription_runtime", "smoke-test-ingress"),
+    ]:
+        assert ids.index(before) < ids.index(after)
+    assert "smoke-test-ingress" == ids[-1] and "waitFor" not in _steps()["smoke-test-ingress"]
+
+
+def test_referenced_files_exist() -> None:
+    steps = _steps()
+    build = steps["build-image"]["args"]
+    dockerfile = next(a.split("=", 1)[1] for a in build if a.startswith("--file="))
+    assert (ROOT / dockerfile).is_file()
+    assert build[-1] == "."
+    lint = _script(steps["lint-and-unit-tests"])
+    for line in lint.splitlines():
+        words = shlex.split(line)
+        if len(words) > 2 and words[0].endswith("/ruff") and words[1] == "check":
+            for target in words[2:]:
+                assert (ROOT / target).exists(), target
+        if words and words[0].endswith("/pytest"):
+            for target in (w for w in words[1:] if not w.startswith("-")):
+                assert (ROOT / target).exists(), target
+    assert "pytest" in lint and "ruff check" in lint
+    assert (ROOT / "pyproject.toml").is_file()
+    fmt = steps["terraform-fmt"]["args"]
+    assert (ROOT / fmt[-1]).is_dir()
+    # Entry point files named by the deploy steps exist, or the step skips a role not built yet.
+    for role in _roles():
+        script = _script(steps[f"deploy-{role}"])
+        path = f"functions/{role}/main.py"
+        assert path in script
+        if not (ROOT / path).is_file():
+            assert f"if [ ! -f {path} ]" in script and "exit 0" in script
+
+
+def test_every_role_is_deployed_and_every_built_role_is_rolled_out() -> None:
+    steps = _steps()
+    for role in _roles():
+        step = steps.get(f"deploy-{role}")
+        assert step is not None, f"no deploy step for {role}"
+        script = _script(step)
+        service = role.replace("_", "-")
+        assert f'gcloud run services update "${{_NAME_PREFIX}}-{service}"' in script
+        assert '--image "${_IMAGE}:${BUILD_ID}"' in script
+        assert step["waitFor"] == ["migrate-database"]
+    deploy_steps = {i.removeprefix("deploy-") for i in steps if i.startswith("deploy-")}
+    assert deploy_steps == set(_roles())
+    built = {p.parent.name for p in (ROOT / "functions").glob("*/main.py")}
+    assert built <= deploy_steps
+
+
+def test_migration_runs_as_the_cloud_run_job_terraform_creates() -> None:
+    script = _script(_steps()["migrate-database"])
+    assert 'gcloud run jobs update "${_NAME_PREFIX}-migrate"' in script
+    assert 'gcloud run jobs execute "${_NAME_PREFIX}-migrate"' in script and "--wait" in script
+    stack = (ROOT / "infra/modules/stack/main.tf").read_text()
+    assert 'name                = "${var.name_prefix}-migrate"' in stack
+    assert 'args    = ["db", "upgrade"]' in stack and 'command = ["noetl-cloud"]' in stack
+
+
+def test_smoke_test_checks_the_ingress_health_endpoint() -> None:
+    script = _script(_steps()["smoke-test-ingress"])
+    assert '"${_NAME_PREFIX}-ingress"' in script
+    assert "/healthz" in script and "curl --fail" in script
+
+
+def test_substitutions_and_no_project_ids() -> None:
+    build = _build()
+    subs = build["substitutions"]
+    assert {"_REGION", "_REPOSITORY", "_NAME_PREFIX"} <= set(subs)
+    assert subs["_REGION"] == ""  # required at submit time, never a default region
+    assert subs["_IMAGE"] == "${_REGION}-docker.pkg.dev/${PROJECT_ID}/${_REPOSITORY}/${_IMAGE_NAME}"
+    assert build["options"]["dynamicSubstitutions"] is True
+    text = "\n".join(line for line in CLOUDBUILD.read_text().splitlines() if not line.lstrip().startswith("#"))
+    # Every project reference is the built-in substitution.
+    for match in re.finditer(r"projects/([^/\s\"]+)", text):
+        assert match.group(1).startswith("$"), match.group(0)
+    assert not re.search(r"\b(?:us|europe|asia)-[a-z]+\d\b", text.replace("us-docker", ""))
+    # Shell variables are escaped ($$), so Cloud Build substitutes only its own names.
+    used = set(re.findall(r"(?<!\$)\$\{?([A-Z_][A-Z0-9_]*)", text))
+    assert used <= set(subs) | {"PROJECT_ID", "BUILD_ID"}, used - set(subs)

@@ -1,0 +1,330 @@
+"""The Terraform under infra/, parsed with python-hcl2: least privilege and completeness, proven statically.
+
+"Every role" comes from the default of the stack's ``roles`` map; every role that has an entry point
+in ``functions/`` must be in it.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import hcl2
+import pytest
+
+from noetl_cloud.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+INFRA = ROOT / "infra"
+MODULES = INFRA / "modules"
+STACK = MODULES / "stack"
+TF_FILES = sorted(INFRA.rglob("*.tf"))
+REQUIRED_MODULES = ("pubsub", "spool_bucket", "cloudsql", "firestore", "cloud_run_service", "scheduler", "iam")
+REGION = re.compile(
+    r"\b(?:us|europe|asia|australia|northamerica|southamerica|me|africa)-(?:north|south|east|west|central|northeast|"
+    r"northwest|southeast|southwest)\d\b"
+)
+
+
+def _clean(value: Any) -> Any:
+    """python-hcl2 keeps the quotes of labels and string literals; drop them (``"x"`` -> ``x``)."""
+    if isinstance(value, dict):
+        return {_unquote(k): _clean(v) for k, v in value.items() if k not in ("__is_block__", "__comments__")}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, str):
+        return _unquote(value)
+    return value
+
+
+def _unquote(text: str) -> str:
+    return text[1:-1] if len(text) >= 2 and text[0] == text[-1] == '"' else text
+
+
+@cache
+def _parse(path: Path) -> dict[str, Any]:
+    with path.open() as handle:
+        return _clean(hcl2.load(handle))
+
+
+def _blocks(path: Path, kind: str) -> list[tuple[str, dict[str, Any]]]:
+    """(label, body) of each ``kind`` block with one label (variable, output, module)."""
+    return [(label, body) for block in _parse(path).get(kind, []) for label, body in block.items()]
+
+
+def _resources(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (rtype, name, body)
+        for block in _parse(path).get("resource", [])
+        for rtype, named in block.items()
+        for name, body in named.items()
+    ]
+
+
+def _all_resources() -> list[tuple[Path, str, str, dict[str, Any]]]:
+    return [(path, *res) for path in TF_FILES for res in _resources(path)]
+
+
+def _module_calls(path: Path) -> dict[str, dict[str, Any]]:
+    return dict(_blocks(path, "module"))
+
+
+def _roles() -> dict[str, Any]:
+    variables = dict(_blocks(STACK / "variables.tf", "variable"))
+    return variables["roles"]["default"]
+
+
+# -- shape of every module ------------------------------------------------------------------------
+
+
+def test_every_module_exists_with_the_registry_layout() -> None:
+    for name in (*REQUIRED_MODULES, "stack"):
+        for file in ("main.tf", "variables.tf", "outputs.tf", "versions.tf"):
+            assert (MODULES / name / file).is_file(), f"modules/{name}/{file} is missing"
+    for env in ("dev", "prod"):
+        for file in ("main.tf", "variables.tf", "outputs.tf", "versions.tf", "terraform.tfvars.example"):
+            assert (INFRA / "environments" / env / file).is_file(), f"environments/{env}/{file} is missing"
+
+
+@pytest.mark.parametrize("path", TF_FILES, ids=lambda p: str(p.relative_to(INFRA)))
+def test_every_tf_file_parses(path: Path) -> None:
+    assert isinstance(_parse(path), dict)
+
+
+def test_every_variable_has_a_type_and_a_description() -> None:
+    count = 0
+    for path in TF_FILES:
+        for name, body in _blocks(path, "variable"):
+            count += 1
+            where = f"{path.relative_to(INFRA)}: variable {name}"
+            assert body.get("type"), f"{where} has no type"
+            assert str(body.get("description", "")).strip(), f"{where} has no description"
+    assert count > 50
+
+
+def test_every_output_has_a_description() -> None:
+    for path in TF_FILES:
+        for name, body in _blocks(path, "output"):
+            assert str(body.get("description", "")).strip(), f"{path.relative_to(INFRA)}: output {name}"
+
+
+def test_every_versions_tf_pins_the_google_provider() -> None:
+    roots = {p.parent for p in TF_FILES}
+    for folder in roots:
+        versions = _parse(folder / "versions.tf")["terraform"][0]
+        google = versions["required_providers"][0]["google"]
+        assert google["source"] == "hashicorp/google"
+        assert re.fullmatch(r">= 6\.\d+, < 7\.0", google["version"]), google["version"]
+        assert versions["required_version"]
+
+
+def test_environments_compose_the_stack_and_share_its_role_type() -> None:
+    stack_type = dict(_blocks(STACK / "variables.tf", "variable"))["roles"]["type"]
+    for env in ("dev", "prod"):
+        folder = INFRA / "environments" / env
+        call = _module_calls(folder / "main.tf")["noetl"]
+        assert call["source"] == "../../modules/stack"
+        env_roles = dict(_blocks(folder / "variables.tf", "variable"))["roles"]
+        assert env_roles["type"] == stack_type, f"{env}: roles type differs from modules/stack"
+        assert env_roles["default"] is None  # null = the stack's default: every role
+    stack_calls = _module_calls(STACK / "main.tf")
+    sources = {Path(c["source"]).name for c in stack_calls.values()}
+    assert set(REQUIRED_MODULES) <= sources
+
+
+# -- roles -----------------------------------------------------------------------------------------
+
+
+def test_the_role_map_has_every_role_and_every_entry_point() -> None:
+    roles = set(_roles())
+    assert roles == {"execute", "ingress", "worker", "projector", "frames", "spool_drainer", "subscription_runtime"}
+    built = {p.parent.name for p in (ROOT / "functions").glob("*/main.py")}
+    assert built, "no role entry points found"
+    assert built <= roles, f"roles with code but no infrastructure: {sorted(built - roles)}"
+
+
+def test_every_role_has_a_cloud_run_service_and_its_own_service_account() -> None:
+    service = _module_calls(STACK / "main.tf")["service"]
+    assert service["source"] == "../cloud_run_service"
+    assert service["for_each"] == "${var.roles}"
+    assert service["role"] == "${each.key}"
+    assert service["service_account_email"] == "${module.iam.role_emails[each.key]}"
+    crs = _resources(MODULES / "cloud_run_service" / "main.tf")
+    services = [body for rtype, _n, body in crs if rtype == "google_cloud_run_v2_service"]
+    assert len(services) == 1 and services[0]["template"][0]["service_account"] == "${var.service_account_email}"
+
+    iam_call = _module_calls(STACK / "main.tf")["iam"]
+    assert iam_call["roles"] == "${local.roles}"
+    accounts = {
+        name: body for rtype, name, body in _resources(MODULES / "iam" / "main.tf") if rtype == "google_service_account"
+    }
+    assert accounts["role"]["for_each"] == "${var.roles}"
+    assert "each.key" in accounts["role"]["account_id"]
+    # One account per role: the id is the role's name, not shared with another identity.
+    other_ids = [body["account_id"] for name, body in accounts.items() if name != "role"]
+    for role in _roles():
+        assert all(role.replace("_", "-") not in account for account in other_ids)
+
+
+def test_only_ingress_is_public() -> None:
+    public = [
+        (path, rtype, name, body)
+        for path, rtype, name, body in _all_resources()
+        if body.get("member") == "allUsers" or "allUsers" in body.get("members", [])
+    ]
+    assert len(public) == 1, public
+    path, rtype, _name, body = public[0]
+    assert path == MODULES / "cloud_run_service" / "main.tf"
+    assert rtype == "google_cloud_run_v2_service_iam_member"
+    assert body["count"] == "${var.allow_unauthenticated ? 1 : 0}"
+    assert "allAuthenticatedUsers" not in "".join(p.read_text() for p in TF_FILES)
+    # The one caller of the module sets allow_unauthenticated for ingress and nothing else.
+    callers = [
+        call for path in TF_FILES for call in _module_calls(path).values() if call["source"] == "../cloud_run_service"
+    ]
+    assert [c["allow_unauthenticated"] for c in callers] == ['${each.key == "ingress"}']
+
+
+def test_push_identity_invokes_only_worker_and_projector() -> None:
+    iam_main = _parse(MODULES / "iam" / "main.tf")
+    invokers = next(b["invokers"] for b in iam_main["locals"] if "invokers" in b)
+    assert set(invokers) == set(_roles())
+    holders = {role for role, members in invokers.items() if "local.push_member" in str(members)}
+    assert holders == {"worker", "projector"}
+    assert invokers["ingress"] == []
+
+
+def test_only_control_plane_roles_reach_cloud_sql() -> None:
+    iam_main = _parse(MODULES / "iam" / "main.tf")
+    merged = {k: v for b in iam_main["locals"] for k, v in b.items()}
+    assert re.search(r'setintersection\(var\.roles, \["execute", "frames", "projector"\]\)', merged["control_plane"])
+    sql_grants = {
+        body["role"]: body
+        for rtype, _n, body in _resources(MODULES / "iam" / "main.tf")
+        if "cloudsql" in body.get("role", "")
+    }
+    assert set(sql_grants) == {"roles/cloudsql.client", "roles/cloudsql.instanceUser"}
+    for body in sql_grants.values():
+        assert body["for_each"] == "${local.cloudsql_members}"
+        assert body["condition"], "Cloud SQL grants are scoped to the one instance"
+    assert "local.control_plane" in merged["cloudsql_members"]
+    # No other file grants a Cloud SQL role.
+    others = [
+        (path, name)
+        for path, _t, name, body in _all_resources()
+        if "cloudsql" in str(body.get("role", "")) and path != MODULES / "iam" / "main.tf"
+    ]
+    assert others == []
+
+
+def test_no_basic_roles_anywhere() -> None:
+    for path, rtype, name, body in _all_resources():
+        role = str(body.get("role", ""))
+        assert role not in ("roles/owner", "roles/editor", "roles/viewer"), f"{path}: {rtype}.{name}"
+
+
+# -- messaging and storage --------------------------------------------------------------------------
+
+
+def test_every_push_subscription_has_an_oidc_token_and_a_dead_letter_policy() -> None:
+    subscriptions = [
+        (path, name, body) for path, rtype, name, body in _all_resources() if rtype == "google_pubsub_subscription"
+    ]
+    pushes = [(path, name, body) for path, name, body in subscriptions if body.get("push_config")]
+    assert pushes, "no push subscription found"
+    for path, name, body in pushes:
+        push = body["push_config"][0]
+        oidc = push.get("oidc_token")
+        assert oidc and oidc[0]["service_account_email"], f"{path}: {name} has no oidc_token"
+        assert oidc[0]["audience"]
+        assert body.get("dead_letter_policy"), f"{path}: {name} has no dead_letter_policy"
+        assert body["dead_letter_policy"][0]["dead_letter_topic"]
+        assert body.get("retry_policy"), f"{path}: {name} has no retry_policy"
+
+
+def test_events_are_ordered_and_dead_letters_are_granted_to_the_service_agent() -> None:
+    main = _parse(MODULES / "pubsub" / "main.tf")
+    push_local = next(b["push"] for b in main["locals"] if "push" in b)
+    assert "ordered               = true" in push_local or "ordered = true" in re.sub(r"\s+", " ", push_local)
+    res = {(t, n): b for t, n, b in _resources(MODULES / "pubsub" / "main.tf")}
+    assert res[("google_pubsub_subscription", "push")]["enable_message_ordering"] == "${each.value.ordered}"
+    assert res[("google_pubsub_topic_iam_member", "dead_letter_publisher")]["role"] == "roles/pubsub.publisher"
+    assert res[("google_pubsub_subscription_iam_member", "dead_letter_subscriber")]["role"] == "roles/pubsub.subscriber"
+    assert res[("google_pubsub_subscription", "dead_letter")]["topic"]
+
+
+def test_every_bucket_has_uniform_access_and_public_access_prevention() -> None:
+    buckets = [(path, name, body) for path, rtype, name, body in _all_resources() if rtype == "google_storage_bucket"]
+    assert buckets
+    for path, name, body in buckets:
+        assert body.get("uniform_bucket_level_access") is True, f"{path}: {name}"
+        assert body.get("public_access_prevention") == "enforced", f"{path}: {name}"
+        prefixes = [str(rule["condition"][0].get("matches_prefix")) for rule in body.get("lifecycle_rule", [])]
+        assert any("dead_letter_prefix" in p for p in prefixes), f"{path}: {name} has no dead-letter lifecycle"
+
+
+def test_cloudsql_is_postgres15_with_iam_auth_backups_pitr_and_deletion_protection() -> None:
+    res = {(t, n): b for t, n, b in _resources(MODULES / "cloudsql" / "main.tf")}
+    instance = res[("google_sql_database_instance", "this")]
+    assert instance["database_version"] == "POSTGRES_15"
+    assert instance["deletion_protection"] == "${var.deletion_protection}"
+    settings = instance["settings"][0]
+    flags = {f["name"]: f["value"] for f in settings["database_flags"]}
+    assert flags["cloudsql.iam_authentication"] == "on"
+    backup = settings["backup_configuration"][0]
+    assert backup["point_in_time_recovery_enabled"] and backup["enabled"]
+    assert settings["ip_configuration"][0]["ssl_mode"] == "ENCRYPTED_ONLY"
+    assert res[("google_sql_user", "iam")]["type"] == "CLOUD_IAM_SERVICE_ACCOUNT"
+
+
+def test_firestore_is_native_mode() -> None:
+    res = {(t, n): b for t, n, b in _resources(MODULES / "firestore" / "main.tf")}
+    assert res[("google_firestore_database", "this")]["type"] == "FIRESTORE_NATIVE"
+
+
+def test_secrets_reach_services_only_through_secret_manager_references() -> None:
+    service = next(
+        b for t, _n, b in _resources(MODULES / "cloud_run_service" / "main.tf") if t == "google_cloud_run_v2_service"
+    )
+    envs = service["template"][0]["containers"][0]["dynamic"]
+    secret_env = next(d["env"] for d in envs if "value_source" in str(d))
+    assert "secret_key_ref" in str(secret_env)
+    text = "\n".join(p.read_text() for p in TF_FILES)
+    assert "google_secret_manager_secret_version" not in text, "secret values never pass through Terraform"
+    assert not re.search(r"NOETL_(INTERNAL_API_TOKEN|DB_PASSWORD)\s*=", text)
+
+
+def test_every_noetl_variable_set_by_terraform_is_a_setting() -> None:
+    known = {Settings.env_name(f) for f in Settings.model_fields}
+    text = "\n".join(p.read_text() for p in TF_FILES)
+    names = set(re.findall(r"\b(NOETL_[A-Z_]+)\s*=", text)) | set(re.findall(r'"(NOETL_[A-Z_]+)"', text))
+    assert {"NOETL_CLOUDSQL_INSTANCE", "NOETL_DB_IAM_AUTH", "NOETL_INTERNAL_API_CALLERS", "NOETL_API_URL"} <= names
+    assert names <= known, f"not settings (the roles would refuse to start): {sorted(names - known)}"
+
+
+# -- nothing environment-specific is hard-coded ------------------------------------------------------
+
+
+def test_no_literal_project_id_or_region_outside_examples() -> None:
+    for path in TF_FILES:
+        text = path.read_text()
+        assert not REGION.search(text), f"{path.relative_to(INFRA)} hard-codes a region: {REGION.search(text)}"
+        assert "projects/my-" not in text
+    for path, rtype, name, body in _all_resources():
+        for key in ("project", "region", "location"):
+            if key in body:
+                assert str(body[key]).startswith("${"), f"{path}: {rtype}.{name}.{key} = {body[key]!r} is a literal"
+    for path in TF_FILES:
+        for name, body in _blocks(path, "variable"):
+            if name in ("project_id", "region", "firestore_location"):
+                assert "default" not in body, f"{path.relative_to(INFRA)}: {name} must be given, not defaulted"
+
+
+def test_tfvars_examples_give_every_required_value() -> None:
+    for env in ("dev", "prod"):
+        folder = INFRA / "environments" / env
+        required = {name for name, body in _blocks(folder / "variables.tf", "variable") if "default" not in body}
+        example = hcl2.loads((folder / "terraform.tfvars.example").read_text())
+        assert required <= set(example), f"{env}: example lacks {sorted(required - set(example))}"
