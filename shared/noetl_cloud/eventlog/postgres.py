@@ -128,28 +128,11 @@ class PostgresEventStore:
             statement = _CREATE if expected_version == 0 else _BUMP_EXPECTED
             version = conn.execute(statement, params).scalar()
             if version is None:
-                actual = conn.execute(_VERSION, params).scalar() or 0
-                raise StreamVersionConflict(stream_id, expected_version, actual)
+                raise StreamVersionConflict(stream_id, expected_version, self._version_in(conn, stream_id))
         first = version - n + 1
         now = utc_now()
         sealed = [e.sealed(stream_version=first + i, ingest_time=now) for i, e in enumerate(events)]
-        try:
-            result = insert_rows(
-                conn,
-                event_table,
-                [_row(e) for e in sealed],
-                suffix="ON CONFLICT (idempotency_key) DO NOTHING RETURNING event_id",
-            )
-        except IntegrityError as exc:
-            if "pk_event" in str(exc.orig):
-                raise DuplicateEventId("an event id in this batch is already stored") from None
-            raise
-        assert result is not None
-        inserted = result.scalars().all()
-        if len(inserted) != n:
-            keys = [e.idempotency_key for e in sealed if e.idempotency_key is not None]
-            raise DuplicateIdempotencyKey(self._used_keys(conn, keys, set(inserted)))
-        insert_rows(conn, outbox_table, [outbox_message(e, self.events_topic) for e in sealed])
+        self._write_sealed(conn, sealed)
         return sealed
 
     def append_new_streams_in(self, conn: Connection, streams: Sequence[tuple[str, Sequence[EventEnvelope]]]) -> None:
@@ -172,16 +155,27 @@ class PostgresEventStore:
         if len(made) != len(heads):
             taken = sorted({str(h["stream_id"]) for h in heads} - made)[0]
             raise StreamVersionConflict(taken, 0, self._version_in(conn, taken))
-        inserted = insert_rows(
-            conn,
-            event_table,
-            [_row(e) for e in sealed],
-            suffix="ON CONFLICT (idempotency_key) DO NOTHING RETURNING event_id",
-        )
-        assert inserted is not None
-        if len(inserted.all()) != len(sealed):
+        self._write_sealed(conn, sealed)
+
+    def _write_sealed(self, conn: Connection, sealed: Sequence[EventEnvelope]) -> None:
+        """Insert sealed events and their outbox rows; a reused event id or idempotency key is a
+        typed error naming what was reused (the caller's transaction is then rolled back)."""
+        try:
+            result = insert_rows(
+                conn,
+                event_table,
+                [_row(e) for e in sealed],
+                suffix="ON CONFLICT (idempotency_key) DO NOTHING RETURNING event_id",
+            )
+        except IntegrityError as exc:
+            if "pk_event" in str(exc.orig):
+                raise DuplicateEventId("an event id in this batch is already stored") from None
+            raise
+        assert result is not None
+        inserted = result.scalars().all()
+        if len(inserted) != len(sealed):
             keys = [e.idempotency_key for e in sealed if e.idempotency_key is not None]
-            raise DuplicateIdempotencyKey(keys)
+            raise DuplicateIdempotencyKey(self._used_keys(conn, keys, set(inserted)))
         insert_rows(conn, outbox_table, [outbox_message(e, self.events_topic) for e in sealed])
 
     @staticmethod
@@ -198,7 +192,7 @@ class PostgresEventStore:
 
     def stream_version(self, stream_id: str) -> int:
         with self.engine.connect() as conn:
-            return int(conn.execute(_VERSION, {"stream_id": stream_id}).scalar() or 0)
+            return self._version_in(conn, stream_id)
 
     def read_stream(self, stream_id: str, from_version: int = 1) -> list[EventEnvelope]:
         query = (
