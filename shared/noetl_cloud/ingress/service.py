@@ -139,13 +139,14 @@ class IngressService:
         query: Mapping[str, str] | None = None,
     ) -> Outcome:
         self.counters.inc("ingress_received", listener=listener)
-        identity = self._verify(listener, config, body, header_pairs, query or {})
+        verify_cfg = VerifyConfig.from_mapping(config.get("verify") or {})
+        identity = self._verify(listener, config, verify_cfg, body, header_pairs, query or {})
         self._limit(listener, config)
         claim = self._claim(listener, config, identity)
         if isinstance(claim, Outcome):
             return claim
         try:
-            outcome = self._dispatch(listener, config, identity, body, header_pairs)
+            outcome = self._dispatch(listener, config, verify_cfg, identity, body, header_pairs)
         except BaseException:
             if claim is not None:
                 self._release(claim)
@@ -180,11 +181,11 @@ class IngressService:
         self,
         listener: str,
         config: dict[str, Any],
+        verify_cfg: VerifyConfig,
         body: bytes,
         header_pairs: Sequence[tuple[str, str]],
         query: Mapping[str, str],
     ) -> VerifiedIdentity:
-        verify_cfg = VerifyConfig.from_mapping(config.get("verify") or {})
         headers = dict(header_pairs)  # case kept: the verifier refuses one header given twice in two cases
         try:
             return verify(
@@ -239,9 +240,13 @@ class IngressService:
         raise DeliveryInProgress("the same delivery is being processed; retry later")
 
     def _parse(
-        self, config: dict[str, Any], identity: VerifiedIdentity, body: bytes, header_pairs: Sequence[tuple[str, str]]
+        self,
+        config: dict[str, Any],
+        verify_cfg: VerifyConfig,
+        identity: VerifiedIdentity,
+        body: bytes,
+        header_pairs: Sequence[tuple[str, str]],
     ) -> PushMessage:
-        verify_cfg = VerifyConfig.from_mapping(config.get("verify") or {})
         payload_from = (config.get("dispatch") or {}).get("payload_from", "message.json")
         drop = credential_headers(verify_cfg)
         if config.get("source") == "pubsub":
@@ -267,12 +272,13 @@ class IngressService:
         self,
         listener: str,
         config: dict[str, Any],
+        verify_cfg: VerifyConfig,
         identity: VerifiedIdentity,
         body: bytes,
         header_pairs: Sequence[tuple[str, str]],
     ) -> Outcome:
         try:
-            message = self._parse(config, identity, body, header_pairs)
+            message = self._parse(config, verify_cfg, identity, body, header_pairs)
         except BadMessage as exc:
             return self._permanent(listener, config, identity.message_id, exc)
         plan = plan_dispatch(message.message, config)
