@@ -16,8 +16,9 @@ from noetl_cloud.envelope import EventFactory
 from noetl_cloud.errors import NotFound, Unavailable
 from noetl_cloud.eventlog.postgres import PostgresEventStore
 from noetl_cloud.secrets.port import SecretNotFound, SecretResolver
+from noetl_cloud.spec.subscription import LISTENER_NAME
 
-LISTENER = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
+LISTENER = re.compile(rf"^{LISTENER_NAME}$")  # exactly the names a subscription can register
 
 
 AUDIT_TYPES = ("subscription.message.rejected", "subscription.message.dead_lettered")
