@@ -69,6 +69,20 @@ class Settings(BaseModel):
     events_topic: str = "noetl-events"
     command_topic_prefix: str = "noetl-commands-"
 
+    # Distributed execution: how long a claim holds without a heartbeat, how often a command is
+    # issued before it fails with ``lease_expired``.
+    command_lease_s: Annotated[float, Field(ge=1, le=3600)] = 60.0
+    command_max_attempts: Annotated[int, Field(ge=1, le=100)] = 3
+
+    # The worker role (docs/distributed.md): its pool and identity, how its push endpoint is
+    # authenticated, how often it extends a claim lease (at most every third of the lease).
+    worker_pool: str = Field(default="shared", pattern=_POOL_NAME)
+    worker_id: str | None = Field(default=None, min_length=1, max_length=128)
+    worker_push_audience: str | None = None
+    worker_push_service_account: str | None = None
+    worker_push_token: SecretStr | None = None
+    worker_heartbeat_s: Annotated[float, Field(gt=0, le=600)] = 10.0
+
     # Web and the internal API.
     max_request_bytes: Annotated[int, Field(ge=1024, le=32 * 1024 * 1024)] = 1024 * 1024
     internal_api_token: SecretStr | None = None
@@ -89,6 +103,14 @@ class Settings(BaseModel):
     firestore_emulator_host: str | None = Field(default=None, json_schema_extra=_env("FIRESTORE_EMULATOR_HOST"))
     storage_emulator_host: str | None = Field(default=None, json_schema_extra=_env("STORAGE_EMULATOR_HOST"))
     s3_endpoint_url: str | None = None
+
+    # Store-and-forward spool (docs/spool.md).
+    spool_backend: Literal["gcs", "s3", "local_disk"] | None = None
+    spool_bucket: str | None = Field(default=None, min_length=1, max_length=222)
+    spool_dir: str | None = None
+    spool_lease_ttl_s: Annotated[float, Field(ge=1, le=3600)] = 30.0
+    spool_drain_budget_s: Annotated[float, Field(gt=0, le=3600)] = 240.0
+    spool_drainer_url: str | None = None
 
     @field_validator("pools", "internal_api_callers", "ingress_principals", mode="before")
     @classmethod

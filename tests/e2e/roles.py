@@ -22,11 +22,13 @@ def free_port() -> int:
 
 def start(name: str, env: dict[str, str], port: int, *, workers: int = 2, threads: int = 4) -> subprocess.Popen[bytes]:
     """Start a role on ``port`` and wait until it answers its health check."""
+    logs = os.environ.get("NOETL_TEST_LOG_DIR")  # set it to keep each role's output when debugging
+    sink = open(Path(logs) / f"{name}-{port}.log", "wb") if logs else subprocess.DEVNULL
     proc = subprocess.Popen(
         gunicorn_argv(ROOT / "functions" / name, port=port, workers=workers, threads=threads),
         env={**os.environ, **env, "NOETL_ROLE": name},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=sink,
+        stderr=sink,
         start_new_session=True,
     )
     if not wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), timeout=30):

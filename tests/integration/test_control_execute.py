@@ -41,11 +41,13 @@ def test_execute_writes_execution_events_command_and_publishes_the_notification(
     eid = body["execution_id"]
 
     events = ready.get(f"/api/executions/{eid}/events").get_json()["events"]
-    assert [e["event_type"] for e in events] == ["playbook.started", "command.issued"]
-    started, issued = events
+    assert [e["event_type"] for e in events] == ["playbook.started", "step.started", "command.issued"]
+    started, step_started, issued = events
     assert started["payload"]["workload"] == {"n": 1} and started["payload"]["entry_step"] == "start"
     assert started["meta"]["trace"]["traceparent"] == TRACEPARENT and started["meta"]["k"] == "v"
-    assert issued["causation_id"] == started["event_id"] and issued["payload"]["step"] == "start"
+    assert step_started["causation_id"] == started["event_id"] and step_started["payload"]["step"] == "start"
+    assert issued["causation_id"] == step_started["event_id"] and issued["payload"]["step"] == "start"
+    assert issued["payload"]["kind"] == "step" and issued["payload"]["attempt"] == 1
 
     (message,) = topics.pull("shared", 1)
     data = json.loads(message.data)
@@ -54,11 +56,12 @@ def test_execute_writes_execution_events_command_and_publishes_the_notification(
         "command_id": issued["payload"]["command_id"],
         "event_id": issued["event_id"],
         "step": "start",
+        "attempt": 1,
     }
     assert message.attributes["traceparent"] == TRACEPARENT and message.attributes["execution_id"] == eid
 
     detail = ready.get(f"/api/executions/{eid}").get_json()
-    assert detail["status"] == "started" and detail["event_count"] == 2 and detail["path"] == "domain/handle"
+    assert detail["status"] == "started" and detail["event_count"] == 3 and detail["path"] == "domain/handle"
     assert count(plane, command, command.c.execution_id == int(eid), command.c.status == "issued") == 1
     with plane.engine.connect() as conn:
         statuses = dict(conn.execute(select(outbox.c.topic, outbox.c.status)).all())
@@ -235,7 +238,7 @@ def test_cancel_writes_one_event_and_is_idempotent(ready: FlaskClient, plane: Co
     second = ready.post(f"/api/executions/{eid}/cancel").get_json()
     assert (first["changed"], second["changed"]) == (True, False)
     detail = ready.get(f"/api/executions/{eid}").get_json()
-    assert detail["status"] == "cancelled" and detail["ended_at"] and detail["event_count"] == 3
+    assert detail["status"] == "cancelled" and detail["ended_at"] and detail["event_count"] == 4
     events = ready.get(f"/api/executions/{eid}/events").get_json()["events"]
     assert events[-1]["event_type"] == "execution.cancelled" and events[-1]["payload"] == {"reason": "operator"}
     assert ready.post("/api/executions/1/cancel").status_code == 404

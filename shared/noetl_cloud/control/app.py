@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from noetl_cloud.auth.internal import InternalAuth, install
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import BatchRequest, ExecuteRequest
+from noetl_cloud.control.orchestrator import WorkerRef, WorkerReport
 from noetl_cloud.errors import BadRequest, Forbidden
 from noetl_cloud.observability import configure_logging
 from noetl_cloud.settings import Settings
@@ -129,6 +130,24 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         body = json_body(Cancel) if request.content_length else Cancel()
         return plane.executions.cancel(execution_id, body.reason)
 
+    # -- distributed execution (docs/distributed.md) ---------------------------------------------
+
+    @app.get("/api/commands/<int:command_id>")
+    def get_command(command_id: int) -> dict[str, Any]:
+        return plane.orchestrator.get(command_id)
+
+    @app.post("/api/commands/<int:command_id>/claim")
+    def claim_command(command_id: int) -> dict[str, Any]:
+        return plane.orchestrator.claim(command_id, json_body(WorkerRef).worker_id)
+
+    @app.post("/api/commands/<int:command_id>/heartbeat")
+    def heartbeat_command(command_id: int) -> dict[str, Any]:
+        return plane.orchestrator.heartbeat(command_id, json_body(WorkerRef).worker_id)
+
+    @app.post("/api/events")
+    def report_events() -> dict[str, Any]:
+        return plane.orchestrator.report(json_body(WorkerReport))
+
     # -- subscriptions --------------------------------------------------------------------------
 
     @app.post("/api/subscriptions/register")
@@ -166,6 +185,11 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         body = json_body(Audit)
         event_id = plane.listeners.audit(listener, body.event_type, body.payload.model_dump(exclude_none=True))
         return {"event_id": event_id}, 201
+
+    @app.post("/api/internal/reaper")
+    def reaper() -> dict[str, Any]:
+        """Re-issue commands whose claim lease expired (Cloud Scheduler, every minute)."""
+        return plane.orchestrator.reap()
 
     @app.post("/api/internal/outbox/sweep")
     def sweep() -> dict[str, Any]:

@@ -13,6 +13,7 @@ from noetl_cloud.control.catalog import CatalogService
 from noetl_cloud.control.executions import ExecutionService
 from noetl_cloud.control.lifecycle import SubscriptionService
 from noetl_cloud.control.listeners import ListenerService
+from noetl_cloud.control.orchestrator import Orchestrator
 from noetl_cloud.db.engine import create_db_engine
 from noetl_cloud.envelope import EventFactory
 from noetl_cloud.eventlog.postgres import PostgresEventStore
@@ -90,7 +91,21 @@ class ControlPlane:
             self.ids,
             self.events,
             pools=self.settings.pools,
-            command_topic_prefix=self.settings.command_topic_prefix,
+            orchestrator=self.orchestrator,
+        )
+
+    @cached_property
+    def orchestrator(self) -> Orchestrator:
+        s = self.settings
+        return Orchestrator(
+            self.engine,
+            self.store,
+            self.relay,
+            self.ids,
+            self.events,
+            command_topic_prefix=s.command_topic_prefix,
+            lease_s=s.command_lease_s,
+            max_attempts=s.command_max_attempts,
         )
 
     @cached_property

@@ -1,9 +1,10 @@
 """Executions: start (single and batch, with the opt-in dedup window), read, cancel.
 
-Starting an execution is one transaction: the dedup key (when asked), the ``execution`` row, the
-``playbook.started`` and ``command.issued`` events of its stream, the entry step's ``command``
-row, the events' outbox rows and the command notification's outbox row. After the commit the
-notifications go to ``noetl-commands-<pool>``; a failed publish stays in the outbox for the sweep.
+Starting an execution is one transaction: the dedup key (when asked), the ``execution`` row with
+its token state, the first orchestration turn (``playbook.started``, the entry step's admission,
+``step.started``, ``command.issued`` and the ``command`` rows), the events' outbox rows and the
+command notifications' outbox rows. After the commit the notifications go to
+``noetl-commands-<pool>``; a failed publish stays in the outbox for the sweep.
 
 A single request is a batch of one: the same statements, written in bulk for a batch, so a batch
 of 500 costs a handful of round trips, not 500 transactions. A bad item (invalid, unknown
@@ -13,7 +14,7 @@ playbook, unknown pool) is an error result at its index and never fails the othe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -22,8 +23,10 @@ from sqlalchemy import Connection, Engine, func, select, text
 
 from noetl_cloud.control.catalog import CatalogEntry, CatalogService
 from noetl_cloud.control.models import ExecuteRequest, ItemResult
+from noetl_cloud.control.orchestrator import ExecState, Orchestrator, Turn
 from noetl_cloud.db.bulk import insert_rows
-from noetl_cloud.db.schema import command, event, execution, outbox
+from noetl_cloud.db.schema import event, execution
+from noetl_cloud.engine.runner import merge_workload
 from noetl_cloud.envelope import EventEnvelope, EventFactory, utc_now
 from noetl_cloud.errors import Conflict, NoetlError, NotFound, ValidationFailed
 from noetl_cloud.eventlog.postgres import PostgresEventStore
@@ -45,10 +48,8 @@ class _Plan:
     pool: str
     trace: dict[str, str] | None
     execution_id: int
-    command_id: int
     step: str
     dedup_scope: str | None = None
-    events: list[EventEnvelope] = field(default_factory=list)
 
 
 def entry_step(document: dict[str, Any]) -> str:
@@ -76,7 +77,7 @@ class ExecutionService:
         events: EventFactory,
         *,
         pools: tuple[str, ...],
-        command_topic_prefix: str,
+        orchestrator: Orchestrator,
     ) -> None:
         self.engine = engine
         self.store = store
@@ -86,7 +87,7 @@ class ExecutionService:
         self.events = events
         self.pools = pools
         self.default_pool = "shared" if "shared" in pools else pools[0]
-        self.command_topic_prefix = command_topic_prefix
+        self.orchestrator = orchestrator
 
     @property
     def tenant(self) -> tuple[str, str]:
@@ -185,7 +186,6 @@ class ExecutionService:
             pool=pool,
             trace=trace,
             execution_id=self.ids.next_id(),
-            command_id=self.ids.next_id(),
             step=entry_step(entry.document),
         )
         if request.dedup is not None:
@@ -293,25 +293,32 @@ class ExecutionService:
     # -- the writes ---------------------------------------------------------------------------
 
     def _write(self, conn: Connection, plans: list[_Plan]) -> list[OutboxRow]:
+        """The first turn of each new execution: ``playbook.started``, then the entry token's admission,
+        ``step.started`` and its commands (or an immediate end), written in bulk."""
         tenant, org = self.tenant
-        execution_rows, command_rows, note_rows = [], [], []
-        streams: list[tuple[str, list[EventEnvelope]]] = []
+        execution_rows: list[dict[str, Any]] = []
+        turns: list[Turn] = []
         for plan in plans:
             request, entry = plan.request, plan.entry
-            eid, cid = str(plan.execution_id), str(plan.command_id)
-            stream = f"execution/{eid}"
+            eid = str(plan.execution_id)
+            doc_workload = self.orchestrator.playbook_for(int(entry.catalog_id), entry.content).workload
+            state = ExecState(
+                execution_id=eid,
+                tenant_id=tenant,
+                organization_id=org,
+                pool=plan.pool,
+                path=entry.path,
+                catalog_id=int(entry.catalog_id),
+                trace=plan.trace,
+                workload=merge_workload(doc_workload, request.workload),
+            )
+            turn = Turn(self.orchestrator, state, self.orchestrator.plans_for(int(entry.catalog_id), entry.content))
             meta = {**request.meta, "execution_pool": plan.pool}
-            if plan.trace:
-                meta["trace"] = plan.trace
             if request.parent_execution_id:
                 meta["parent_execution_id"] = request.parent_execution_id
-            started = self.events.new(
+            turn.emit(
                 "playbook.started",
-                stream_id=stream,
-                aggregate_type="execution",
-                aggregate_id=eid,
-                execution_id=eid,
-                payload={
+                {
                     "path": entry.path,
                     "version": entry.version,
                     "catalog_id": entry.catalog_id,
@@ -319,34 +326,16 @@ class ExecutionService:
                     "entry_step": plan.step,
                 },
                 meta=meta,
-                idempotency_key=f"{tenant}/{org}/{eid}/playbook.started",
+                key=turn.key("playbook.started"),
             )
-            issued = self.events.new(
-                "command.issued",
-                stream_id=stream,
-                aggregate_type="command",
-                aggregate_id=cid,
-                execution_id=eid,
-                payload={"command_id": cid, "step": plan.step, "execution_pool": plan.pool, "attempt": 1},
-                meta={"trace": plan.trace} if plan.trace else {},
-                causation_id=started.event_id,
-                idempotency_key=f"{tenant}/{org}/{eid}/command/{cid}/issued",
-            )
-            plan.events = [started, issued]
             directives = request.meta.get("directives")
             if isinstance(directives, dict) and directives.get("applied"):
                 # RFC §7.6: which directives steered this message, in the execution's own stream.
-                applied = self.events.new(
-                    "subscription.message.directives_applied",
-                    stream_id=stream,
-                    aggregate_type="execution",
-                    aggregate_id=eid,
-                    execution_id=eid,
-                    payload=directives,
-                    causation_id=started.event_id,
-                )
-                plan.events = [started, applied, issued]
-            streams.append((stream, plan.events))
+                turn.emit("subscription.message.directives_applied", directives)
+            turn.fire(plan.step, {})
+            turn.drain()
+            turn.close(0)
+            turns.append(turn)
             execution_rows.append(
                 {
                     "execution_id": plan.execution_id,
@@ -355,45 +344,22 @@ class ExecutionService:
                     "catalog_id": int(entry.catalog_id),
                     "path": entry.path,
                     "version": entry.version,
-                    "status": "started",
+                    "status": state.status,
                     "execution_pool": plan.pool,
                     "parent_execution_id": int(request.parent_execution_id) if request.parent_execution_id else None,
                     "trace": plan.trace,
                     "meta": request.meta,
-                }
-            )
-            command_rows.append(
-                {
-                    "command_id": plan.command_id,
-                    "execution_id": plan.execution_id,
-                    "tenant_id": tenant,
-                    "organization_id": org,
-                    "step": plan.step,
-                    "execution_pool": plan.pool,
-                    "trace": plan.trace,
-                    "issued_event_id": int(issued.event_id),
-                }
-            )
-            attributes = {"execution_id": eid, "command_id": cid, "step": plan.step}
-            if plan.trace:
-                attributes.update({k: v for k, v in plan.trace.items() if k in ("traceparent", "tracestate")})
-            note_rows.append(
-                {
-                    "event_id": int(issued.event_id),
-                    "topic": self.command_topic_prefix + plan.pool,
-                    "ordering_key": None,
-                    "attributes": attributes,
-                    "data": {"execution_id": eid, "command_id": cid, "event_id": issued.event_id, "step": plan.step},
+                    "workload": state.workload,
+                    "ctx": state.ctx,
+                    "results": state.results,
+                    "error": state.error,
+                    "tokens_fired": state.tokens_fired,
+                    "ended_at": utc_now() if state.ended else None,
                 }
             )
         insert_rows(conn, execution, execution_rows)
-        self.store.append_new_streams_in(conn, streams)
-        insert_rows(conn, command, command_rows)
-        returned = insert_rows(
-            conn, outbox, note_rows, suffix="RETURNING outbox_id, topic, data, attributes, ordering_key"
-        )
-        assert returned is not None
-        return [OutboxRow(r.outbox_id, r.topic, r.data, r.attributes, r.ordering_key) for r in returned]
+        self.store.append_new_streams_in(conn, [(turn.stream, turn.events) for turn in turns])
+        return self.orchestrator.write_rows(conn, turns)
 
     def reclaim_dedup(self, limit: int = 10_000) -> int:
         """Delete dedup keys whose window has passed (a late duplicate then starts a new execution)."""
@@ -438,6 +404,10 @@ class ExecutionService:
             "updated_at": m["updated_at"].isoformat(),
             "ended_at": m["ended_at"].isoformat() if m["ended_at"] else None,
             "event_count": count,
+            "workload": m["workload"],
+            "ctx": m["ctx"],
+            "results": m["results"],
+            "error": m["error"],
         }
 
     def events_of(self, execution_id: int) -> list[EventEnvelope]:

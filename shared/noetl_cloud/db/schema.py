@@ -130,6 +130,13 @@ execution = Table(
     _now(),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("ended_at", DateTime(timezone=True), nullable=True),
+    # The token state the orchestrator folds as commands report (DSL §3): the merged workload,
+    # ``ctx``, the last result of each step, the failure, and how many tokens have fired.
+    Column("workload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("ctx", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("results", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("error", JSONB, nullable=True),
+    Column("tokens_fired", Integer, nullable=False, server_default=text("0")),
     Index(None, "tenant_id", "organization_id", "created_at"),
     Index(None, "parent_execution_id"),
 )
@@ -177,9 +184,41 @@ command = Table(
     Column("lease_expires_at", DateTime(timezone=True), nullable=True),
     _now(),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("kind", Text, nullable=False, server_default=text("'step'")),
+    Column("step_run_id", BigInteger, nullable=True),
+    Column("iteration", Integer, nullable=True),
+    Column("item", JSONB, nullable=True),
+    Column("max_attempts", Integer, nullable=False, server_default=text("3")),
+    Column("result", JSONB, nullable=True),
+    Column("error", JSONB, nullable=True),
     CheckConstraint(
         "status IN ('issued', 'claimed', 'started', 'completed', 'failed', 'cancelled')", name="status_known"
     ),
+    CheckConstraint("kind IN ('step', 'iteration')", name="kind_known"),
+    Index(None, "execution_id"),
+    Index(None, "lease_expires_at", postgresql_where=text("status IN ('claimed', 'started')")),
+)
+
+# One loop step run (DSL §7): its collection, the iteration commands in flight, the results by
+# index, which iteration wrote each ``ctx`` key (the write-once guard of parallel loops, §6.6).
+loop_run = Table(
+    "loop_run",
+    metadata,
+    Column("step_run_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("execution_id", BigInteger, ForeignKey("execution.execution_id"), nullable=False),
+    Column("step", Text, nullable=False),
+    Column("args", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("mode", Text, nullable=False),
+    Column("max_in_flight", Integer, nullable=False),
+    Column("items", JSONB, nullable=False),
+    Column("next_index", Integer, nullable=False, server_default=text("0")),
+    Column("in_flight", Integer, nullable=False, server_default=text("0")),
+    Column("results", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("ctx_owners", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("failed_index", Integer, nullable=True),
+    Column("error", JSONB, nullable=True),
+    _now(),
+    CheckConstraint("mode IN ('sequential', 'parallel')", name="mode_known"),
     Index(None, "execution_id"),
 )
 

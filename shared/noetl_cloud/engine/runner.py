@@ -24,13 +24,12 @@ from noetl_cloud.engine.model import StepPlan, compile_playbook
 from noetl_cloud.engine.outcome import Clock, Outcome, SystemClock, ToolResolver
 from noetl_cloud.engine.payloads import DEFAULT_THRESHOLD, PayloadStore, compact
 from noetl_cloud.engine.pipeline import DEFAULT_MAX_TASK_RUNS, StepContext, drive, run_pipeline
+from noetl_cloud.engine.routing import SUCCESS_EVENTS, admit, collection, route, template_error
 from noetl_cloud.engine.state import CtxStore
 from noetl_cloud.engine.templates import Renderer, TemplateFailure, build_scope
 from noetl_cloud.envelope import EventFactory
 from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.spec.playbook import PlaybookDoc
-
-SUCCESS_EVENTS = ("step.done", "loop.done")
 
 
 @dataclass(frozen=True)
@@ -174,7 +173,7 @@ class _Run:
             allowed, rule = self._admit(plan, scope)
         except TemplateFailure as exc:
             self.emit("step.started", {"step": plan.name, "step_run_id": step_run_id, "args": token.args})
-            return self._finish(plan, token, step_run_id, "step.failed", None, _error(exc))
+            return self._finish(plan, token, step_run_id, "step.failed", None, template_error(exc))
         if not allowed:
             self.emit("step.denied", {"step": plan.name, "args": token.args, "rule": rule})
             return [], None
@@ -201,7 +200,7 @@ class _Run:
             try:
                 items = self._collection(plan, scope)
             except TemplateFailure as exc:
-                return self._finish(plan, token, step_run_id, "step.failed", None, _error(exc))
+                return self._finish(plan, token, step_run_id, "step.failed", None, template_error(exc))
             looped = run_loop(sc, plan.loop, plan.tasks, items, self.parent_iter)
             name = "loop.done" if looped.status == "ok" else "step.failed"
             return self._finish(plan, token, step_run_id, name, looped.results, looped.error)
@@ -211,24 +210,10 @@ class _Run:
         return self._finish(plan, token, step_run_id, name, outcome.result, outcome.error)
 
     def _admit(self, plan: StepPlan, scope: dict[str, Any]) -> tuple[bool, int | None]:
-        """§4.2: the first matching rule decides; no rule (or no match) admits."""
-        for index, rule in enumerate(plan.admit):
-            if rule.when is None or self.render.truth(rule.when, scope, step=plan.name):
-                return rule.allow, index
-        return True, None
+        return admit(self.render, plan, scope)
 
     def _collection(self, plan: StepPlan, scope: dict[str, Any]) -> list[Any]:
-        assert plan.loop is not None
-        value = self.render.render(plan.loop.items, scope, step=plan.name)
-        if isinstance(value, dict) and isinstance(value.get("reference"), dict) and self.engine.payloads is not None:
-            value = self.engine.payloads.resolve(value["reference"])
-        if isinstance(value, dict):
-            value = list(value.items())
-        if not isinstance(value, list | tuple):
-            raise TemplateFailure(
-                f"loop.in must be a list, got {type(value).__name__}", expression=str(plan.loop.items), step=plan.name
-            )
-        return list(value)
+        return collection(self.render, plan, scope, self.engine.payloads)
 
     def _finish(
         self,
@@ -257,28 +242,10 @@ class _Run:
         return follow, None
 
     def _route(self, plan: StepPlan, token: Token, event: dict[str, Any]) -> list[Token]:
-        """§8: exclusive (first match) or inclusive (every match) arcs; their args are the next inscriptions."""
-        router = plan.step.next
-        if router is None:
-            return []
+        """§8: the fired arcs, each a ``next.selected`` event and the next token."""
         scope = build_scope(workload=self.workload, ctx=self.ctx.data, args=token.args, event=event)
         follow: list[Token] = []
-        for index, arc in enumerate(router.arcs):
-            if arc.when is None:
-                matched = event["name"] in SUCCESS_EVENTS
-            else:
-                matched = self.render.truth(arc.when, scope, step=plan.name)
-            if not matched:
-                continue
-            args = self.render.render(arc.args or {}, scope, step=plan.name)
-            self.emit(
-                "next.selected", {"from": plan.name, "to": arc.step, "arc": index, "on": event["name"], "args": args}
-            )
-            follow.append(Token(arc.step, args))
-            if router.spec.mode == "exclusive":
-                break
+        for selected in route(self.render, plan, event, scope):
+            self.emit("next.selected", selected.event_payload(plan.name, event["name"]))
+            follow.append(Token(selected.step, selected.args))
         return follow
-
-
-def _error(exc: TemplateFailure) -> dict[str, Any]:
-    return {"kind": exc.code, "message": exc.message, "expression": exc.expression, "step": exc.step}

@@ -12,6 +12,7 @@ port that answers but was not started by this state folder is an error, never si
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import time
@@ -136,6 +137,8 @@ class LocalStack:
             env.update(self._role_env(env))
             role_comps = self.role_components(roles, env)
             self._start(tuple(roles), role_comps, recorded, state, echo)
+            if "worker" in roles:
+                echo(f"{'push':<10} {self._ensure_worker_push(env)}")
         self._write_env(env)
         echo(f"stack up in {time.monotonic() - total:.2f} s; environment: {self.env_file}")
         return env
@@ -179,10 +182,50 @@ class LocalStack:
         if not token_file.exists():
             token_file.write_text(secrets.token_hex(24))
             token_file.chmod(0o600)
+        token = token_file.read_text().strip()
         return {
-            "NOETL_INTERNAL_API_TOKEN": token_file.read_text().strip(),
+            "NOETL_INTERNAL_API_TOKEN": token,
             "NOETL_API_URL": f"http://127.0.0.1:{self.port_base + ROLE_PORTS['execute']}",
+            # The emulator's push carries no credentials: the local worker takes a bearer token in the
+            # push endpoint's query instead (a deployed worker verifies the push OIDC token).
+            "NOETL_WORKER_PUSH_TOKEN": token,
+            "NOETL_WORKER_POOL": "shared",
         }
+
+    def _ensure_worker_push(self, env: dict[str, str]) -> str:
+        """The push subscription of pool ``shared``'s command topic to the local worker."""
+        from google.api_core.exceptions import AlreadyExists
+        from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+        from noetl_cloud.settings import Settings
+
+        topic = Settings().command_topic("shared")
+        endpoint = f"http://127.0.0.1:{self.port_base + ROLE_PORTS['worker']}/?token={env['NOETL_WORKER_PUSH_TOKEN']}"
+        previous = os.environ.get("PUBSUB_EMULATOR_HOST")
+        os.environ["PUBSUB_EMULATOR_HOST"] = env["PUBSUB_EMULATOR_HOST"]
+        try:
+            subscriber = pubsub_v1.SubscriberClient()
+            name = subscriber.subscription_path(PROJECT_ID, f"{topic}-worker")
+            try:
+                subscriber.create_subscription(
+                    request={
+                        "name": name,
+                        "topic": f"projects/{PROJECT_ID}/topics/{topic}",
+                        "push_config": {"push_endpoint": endpoint},
+                        "ack_deadline_seconds": 60,
+                    }
+                )
+            except AlreadyExists:
+                subscriber.modify_push_config(
+                    request={"subscription": name, "push_config": {"push_endpoint": endpoint}}
+                )
+            subscriber.close()
+        finally:
+            if previous is None:
+                os.environ.pop("PUBSUB_EMULATOR_HOST", None)
+            else:
+                os.environ["PUBSUB_EMULATOR_HOST"] = previous
+        return f"{topic} → worker (port {self.port_base + ROLE_PORTS['worker']})"
 
     def down(self, echo: Callable[[str], None] = print, *, purge: bool = False) -> None:
         """Stop what this state folder started; with ``purge`` also delete its data."""

@@ -1,0 +1,130 @@
+"""The worker role: ``POST /`` is the push endpoint of a ``noetl-commands-<pool>`` subscription.
+
+Order of a delivery: authenticate the push (a Google ID token minted for ``NOETL_WORKER_PUSH_AUDIENCE``
+by ``NOETL_WORKER_PUSH_SERVICE_ACCOUNT``; locally the bearer ``NOETL_WORKER_PUSH_TOKEN``, in the
+``Authorization`` header or, for the emulator's push, the endpoint's ``?token=``), only then
+parse the push envelope (wrapped or unwrapped), read the notification from the message data (or, when
+the data is not a JSON object, from the attributes) and hand it to the :class:`WorkerService`.
+
+Answers: **200** ``{outcome, command_id[, status]}`` for everything Pub/Sub should ack; **400**
+``invalid_notification`` / ``invalid_payload`` for a delivery that can never succeed (dead-lettered by
+the subscription's policy); **401**/**403** for push credentials; **503** (``upstream_unavailable``,
+``control_plane_refused``, ``oidc_jwks_unavailable``) when a retry may succeed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Mapping
+from typing import Protocol
+
+from flask import Flask, Response, jsonify, request
+
+from noetl_cloud.auth.internal import InternalAuth
+from noetl_cloud.errors import ConfigError
+from noetl_cloud.ingress.push import pubsub_message
+from noetl_cloud.ingress.verify import CREDENTIAL_HEADERS
+from noetl_cloud.observability import configure_logging
+from noetl_cloud.settings import Settings
+from noetl_cloud.web import create_app
+from noetl_cloud.web.client import ApiClient, google_id_token_source, static_token
+from noetl_cloud.worker.service import Handled, Notification, WorkerService
+
+log = logging.getLogger(__name__)
+
+MAX_WORKER_ID = 128
+
+
+class CommandHandler(Protocol):
+    """What the push endpoint hands a notification to (:class:`WorkerService`)."""
+
+    def handle(self, notification: Notification) -> Handled:
+        """Claim, run and report; raise a retryable error to have the delivery redelivered."""
+        ...
+
+
+def build_app(settings: Settings, service: CommandHandler, auth: InternalAuth) -> Flask:
+    app = create_app("worker", settings)
+
+    @app.post("/")
+    def push() -> tuple[Response, int]:
+        caller = auth.authenticate(_credentials(settings))
+        pushed = pubsub_message(
+            request.get_data(cache=False),
+            list(request.headers.items()),
+            principal=caller.principal,
+            payload_from="message.body",
+            drop=CREDENTIAL_HEADERS,
+            new_id=lambda: secrets.token_hex(8),
+        )
+        data = pushed.payload if isinstance(pushed.payload, dict) else pushed.attributes
+        notification = Notification.from_mapping(data)
+        handled = service.handle(notification)
+        return jsonify(handled.body()), 200
+
+    return app
+
+
+def _credentials(settings: Settings) -> str | None:
+    """The ``Authorization`` header; locally, the push token may come as the endpoint's ``?token=``
+    instead (the Pub/Sub emulator's push sends no credentials). It is then compared like a bearer."""
+    header = request.headers.get("Authorization")
+    if header is None and settings.worker_push_token is not None and "token" in request.args:
+        return f"Bearer {request.args['token']}"
+    return header
+
+
+def default_worker_id(pool: str) -> str:
+    """``worker-<pool>-<host>-<pid>``: unique per process, readable in events."""
+    return f"worker-{pool}-{socket.gethostname()}-{os.getpid()}"[:MAX_WORKER_ID]
+
+
+def auth_from_settings(settings: Settings) -> InternalAuth:
+    """Push authentication: Google ID tokens of the push service account, and/or the local bearer token."""
+    audience = settings.worker_push_audience
+    if audience:
+        settings.require("worker_push_service_account")
+    elif settings.worker_push_token is None:
+        names = [Settings.env_name("worker_push_token"), Settings.env_name("worker_push_audience")]
+        raise ConfigError(
+            f"the worker's push endpoint has no authentication: set {' or '.join(names)}",
+            code="config_missing",
+            details={"variables": names},
+        )
+    emails = [settings.worker_push_service_account] if settings.worker_push_service_account else None
+    return InternalAuth(token=settings.worker_push_token, audience=audience, allowed_emails=emails)
+
+
+def service_from_settings(settings: Settings) -> WorkerService:
+    """The worker service calling the control plane at ``NOETL_API_URL`` with the built-in tools."""
+    from noetl_cloud.tools.registry import default_registry
+
+    settings.require("api_url")
+    assert settings.api_url is not None
+    if settings.internal_api_token is not None:
+        token = static_token(settings.internal_api_token.get_secret_value())
+    else:
+        token = google_id_token_source(settings.internal_api_audience or settings.api_url)
+    api = ApiClient(settings.api_url, token_source=token, timeout_s=10.0, retries=3)
+    return WorkerService(
+        api,
+        worker_id=settings.worker_id or default_worker_id(settings.worker_pool),
+        tools=default_registry(),
+        heartbeat_s=settings.worker_heartbeat_s,
+    )
+
+
+def app_from_env(env: Mapping[str, str]) -> Flask:
+    """The worker role, configured from the process environment (the entry point's one call)."""
+    settings = Settings.from_env(env, role="worker")
+    configure_logging(settings.log_level, project_id=settings.project_id, role="worker")
+    auth = auth_from_settings(settings)
+    service = service_from_settings(settings)
+    log.info(
+        "worker ready",
+        extra={"worker_id": service.worker_id, "pool": settings.worker_pool, "auth": list(auth.methods)},
+    )
+    return build_app(settings, service, auth)

@@ -1,0 +1,426 @@
+"""The worker service: one command notification → claim, run (with heartbeats), report (docs/distributed.md).
+
+:meth:`WorkerService.handle` returns a :class:`Handled` for every delivery Pub/Sub should ack: the report
+was accepted (or was a duplicate), someone else holds the command (409), the execution ended (409), the
+command is unknown (404), the lease was lost mid-run, or the control plane refused a report that can
+never pass (4xx). It raises :class:`~noetl_cloud.web.client.UpstreamUnavailable` (503, retryable) only
+when the control plane cannot be reached, answers 5xx, or refuses the worker's own credentials (401/403:
+the worker's deployment is wrong, not the message), so Pub/Sub redelivers.
+
+While the pipeline runs, a heartbeat thread extends the claim lease every ``heartbeat_s`` seconds, or
+every third of the lease when the lease is shorter. A heartbeat answered 409 (``lease_lost``,
+``execution_terminal``) stops the run before its next task attempt (retry waits end early too) and
+nothing is reported.
+
+A ``kind: playbook`` task starts a child execution with ``POST /api/execute`` (``parent_execution_id``
+set, ``meta.parent_iter`` when started inside a loop iteration, and a dedup key
+``command/<command_id>/child/<n>`` so a command re-run after its worker died follows the child the first
+run started instead of starting another), then polls ``GET
+/api/executions/{id}`` with a growing wait until the child is completed, failed or cancelled. Its
+outcome is what the in-process runner gives: ``{execution_id, status, ctx, results}``, ok when the child
+completed and ``child_failed`` otherwise.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from noetl_cloud.engine.outcome import Clock, Outcome, ToolResolver
+from noetl_cloud.engine.templates import Renderer
+from noetl_cloud.envelope import parse_time, utc_now
+from noetl_cloud.errors import BadRequest
+from noetl_cloud.observability import TraceContext, current_trace, execution_scope
+from noetl_cloud.web.client import ApiResponse, UpstreamUnavailable
+from noetl_cloud.worker.port import ControlPlaneApi, error_code, error_message
+from noetl_cloud.worker.run import PlanCache, RunChild, run_command
+
+log = logging.getLogger(__name__)
+
+TERMINAL = ("completed", "failed", "cancelled")
+#: How long a child started by a ``kind: playbook`` task stays deduplicated (a re-run follows it).
+CHILD_DEDUP_WINDOW_S = 24 * 3600
+_SNOWFLAKE_DIGITS = 19
+_HEARTBEAT_JOIN_S = 2.0
+
+HandledOutcome = Literal[
+    "reported",  # the report was accepted
+    "duplicate",  # the command was already terminal; the report changed nothing
+    "already_claimed",  # another delivery or worker holds the command
+    "execution_terminal",  # the execution ended before the claim
+    "not_found",  # no such command
+    "lease_lost",  # the lease went to someone else, seen by a heartbeat or by the report
+    "stopped",  # the execution ended while the command ran: nothing reported
+    "rejected",  # the control plane refused the claim or the report for good (4xx)
+]
+
+
+class BadNotification(BadRequest):
+    """A command notification without the references it must carry (never retried)."""
+
+    code = "invalid_notification"
+
+
+class ControlPlaneRefused(UpstreamUnavailable):
+    """The control plane refused this worker's credentials: a deployment problem, so the delivery is retried."""
+
+    code = "control_plane_refused"
+
+
+@dataclass(frozen=True)
+class Notification:
+    """The message on ``noetl-commands-<pool>``: references only."""
+
+    execution_id: str
+    command_id: str
+    event_id: str | None = None
+    step: str | None = None
+    attempt: int | None = None
+    traceparent: str | None = None
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> Notification:
+        """Read a notification; :class:`BadNotification` (400) when ``command_id`` or ``execution_id`` is
+        missing or not a snowflake id."""
+        if not isinstance(data, Mapping):
+            raise BadNotification("a command notification is a JSON object")
+        ids = {}
+        for name in ("execution_id", "command_id"):
+            value = data.get(name)
+            value = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+            if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+                raise BadNotification(f"the notification has no valid {name}", details={"field": name})
+            if len(value) > _SNOWFLAKE_DIGITS:
+                raise BadNotification(f"the notification has no valid {name}", details={"field": name})
+            ids[name] = value
+        attempt = data.get("attempt")
+        if isinstance(attempt, str) and attempt.isascii() and attempt.isdigit():
+            attempt = int(attempt)
+        return cls(
+            execution_id=ids["execution_id"],
+            command_id=ids["command_id"],
+            event_id=_text(data.get("event_id")),
+            step=_text(data.get("step")),
+            attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
+            traceparent=_text(data.get("traceparent")),
+        )
+
+
+@dataclass(frozen=True)
+class Handled:
+    """What became of one delivery that Pub/Sub should ack."""
+
+    outcome: HandledOutcome
+    command_id: str
+    status: Literal["ok", "error"] | None = None  # the run's status when it ran to its end
+
+    def body(self) -> dict[str, Any]:
+        """The JSON answer of the push endpoint."""
+        body: dict[str, Any] = {"outcome": self.outcome, "command_id": self.command_id}
+        if self.status is not None:
+            body["status"] = self.status
+        return body
+
+
+def wait_on(event: threading.Event, seconds: float) -> bool:
+    """Wait up to ``seconds`` or until ``event`` is set; true when it is set."""
+    return event.wait(seconds)
+
+
+class WorkerService:
+    """Claims, runs and reports commands for one worker identity. Safe to share between threads.
+
+    ``clock`` is the engine's clock for task timing and retry waits; without one each run gets a real
+    clock whose waits end when the run is stopped. ``wait(stop, seconds)`` is how child polling waits
+    (true when the run was stopped meanwhile); ``now`` is the wall clock of reports and leases.
+    """
+
+    def __init__(
+        self,
+        api: ControlPlaneApi,
+        *,
+        worker_id: str,
+        tools: ToolResolver,
+        clock: Clock | None = None,
+        heartbeat_s: float = 10.0,
+        keychain: Mapping[str, Any] | None = None,
+        plans: PlanCache | None = None,
+        child_poll_s: float = 0.25,
+        child_poll_max_s: float = 5.0,
+        wait: Callable[[threading.Event, float], bool] = wait_on,
+        now: Callable[[], datetime] = utc_now,
+    ) -> None:
+        if heartbeat_s <= 0:
+            raise ValueError("heartbeat_s must be > 0")
+        if child_poll_s <= 0 or child_poll_max_s < child_poll_s:
+            raise ValueError("child polling needs 0 < child_poll_s <= child_poll_max_s")
+        if not worker_id:
+            raise ValueError("worker_id must not be empty")
+        self.api = api
+        self.worker_id = worker_id
+        self.tools = tools
+        self.clock = clock
+        self.heartbeat_s = heartbeat_s
+        self.keychain = keychain or {}
+        self.plans = plans if plans is not None else PlanCache()
+        self.child_poll_s = child_poll_s
+        self.child_poll_max_s = child_poll_max_s
+        self.wait = wait
+        self.now = now
+        self.renderer = Renderer()
+
+    # -- one delivery ------------------------------------------------------------------------------
+
+    def handle(self, notification: Notification | Mapping[str, Any]) -> Handled:
+        """Claim, run and report the notified command. Raises :class:`UpstreamUnavailable` to be redelivered."""
+        note = notification if isinstance(notification, Notification) else Notification.from_mapping(notification)
+        trace = TraceContext.parse(note.traceparent)
+        token = current_trace.set(trace.child()) if trace is not None and current_trace.get() is None else None
+        try:
+            with execution_scope(note.execution_id):
+                return self._handle(note)
+        finally:
+            if token is not None:
+                current_trace.reset(token)
+
+    def _handle(self, note: Notification) -> Handled:
+        cid = note.command_id
+        claim = self._call("POST", f"/api/commands/{cid}/claim", {"worker_id": self.worker_id})
+        if not claim.ok:
+            return self._claim_refused(note, claim)
+        command = claim.json if isinstance(claim.json, dict) else {}
+        attempt = _attempt(command.get("attempt"), note.attempt)
+        log.info("command claimed", extra={"command_id": cid, "step": command.get("step"), "attempt": attempt})
+
+        stopped = threading.Event()
+        heartbeat = _Heartbeat(self, cid, stopped, self.heartbeat_interval(command.get("lease_expires_at")))
+        heartbeat.start()
+        try:
+            report = run_command(
+                command,
+                tools=self.tools,
+                clock=self.clock if self.clock is not None else _StoppableClock(stopped),
+                run_child=self._child_runner(command, stopped),
+                compiled=self.plans,
+                keychain=self.keychain,
+                renderer=self.renderer,
+                now=self.now,
+                stop=stopped.is_set,
+            )
+        finally:
+            heartbeat.stop()
+        if report.stopped or stopped.is_set():
+            log.info("command run stopped: its lease is gone or its execution ended", extra={"command_id": cid})
+            return Handled("stopped", cid)
+
+        answer = self._call("POST", "/api/events", report.to_body(self.worker_id, attempt, cid))
+        if answer.ok:
+            duplicate = isinstance(answer.json, dict) and answer.json.get("duplicate") is True
+            log.info("command reported", extra={"command_id": cid, "status": report.status, "duplicate": duplicate})
+            return Handled("duplicate" if duplicate else "reported", cid, report.status)
+        if answer.status == 409:
+            log.info("report refused: the lease was taken over", extra={"command_id": cid, "code": error_code(answer)})
+            return Handled("lease_lost", cid, report.status)
+        log.error(
+            "report refused for good",
+            extra={"command_id": cid, "http_status": answer.status, "code": error_code(answer)},
+        )
+        return Handled("rejected", cid, report.status)
+
+    def _claim_refused(self, note: Notification, claim: ApiResponse) -> Handled:
+        cid, code = note.command_id, error_code(claim)
+        if claim.status == 409:
+            outcome: HandledOutcome = "execution_terminal" if code == "execution_terminal" else "already_claimed"
+            log.info("claim refused", extra={"command_id": cid, "code": code})
+            return Handled(outcome, cid)
+        if claim.status == 404:
+            log.warning("notified command does not exist", extra={"command_id": cid})
+            return Handled("not_found", cid)
+        log.error("claim refused for good", extra={"command_id": cid, "http_status": claim.status, "code": code})
+        return Handled("rejected", cid)
+
+    def _call(self, method: str, path: str, body: Any = None) -> ApiResponse:
+        """One control-plane call; 5xx and refused credentials raise (retryable), other answers return."""
+        response = self.api.get(path) if method == "GET" else self.api.post(path, body)
+        if response.status >= 500:
+            raise UpstreamUnavailable(
+                f"the control plane answered {response.status}",
+                details={"method": method, "path": path, "status": response.status},
+            )
+        if response.status in (401, 403):
+            raise ControlPlaneRefused(
+                "the control plane refused this worker's credentials",
+                details={"method": method, "path": path, "status": response.status, "code": error_code(response)},
+            )
+        return response
+
+    def heartbeat_interval(self, lease_expires_at: Any) -> float:
+        """``heartbeat_s``, or a third of the lease left when that is shorter."""
+        interval = self.heartbeat_s
+        if isinstance(lease_expires_at, str):
+            try:
+                left = (parse_time(lease_expires_at) - self.now()).total_seconds()
+            except ValueError:
+                left = 0.0
+            if left > 0:
+                interval = min(interval, left / 3)
+        return interval
+
+    # -- child playbooks ---------------------------------------------------------------------------
+
+    def _child_runner(self, command: Mapping[str, Any], stopped: threading.Event) -> RunChild:
+        parent = str(command.get("execution_id"))
+        command_id = str(command.get("command_id"))
+        started = itertools.count(1)
+
+        def run_child(path: str, args: dict[str, Any], parent_iter: Mapping[str, Any] | None) -> Outcome:
+            body: dict[str, Any] = {
+                "path": path,
+                "workload": args,
+                "parent_execution_id": parent,
+                "dedup": {"key": f"command/{command_id}/child/{next(started)}", "window_secs": CHILD_DEDUP_WINDOW_S},
+            }
+            if parent_iter is not None:  # the child's commands carry it back as scope.parent_iter (iter.parent)
+                body["meta"] = {"parent_iter": dict(parent_iter)}
+            try:
+                response = self.api.post("/api/execute", body)
+            except UpstreamUnavailable:
+                return Outcome.fail("upstream_unavailable", f"child playbook {path}: the control plane is unreachable")
+            if response.status >= 500:
+                return Outcome.fail(
+                    "upstream_unavailable", f"child playbook {path}: the control plane answered {response.status}"
+                )
+            child = response.json.get("execution_id") if isinstance(response.json, dict) else None
+            if not response.ok or not isinstance(child, str):
+                failed = Outcome.fail("child_start_failed", f"child playbook {path}: {error_message(response)}")
+                return Outcome("error", None, {**(failed.error or {}), "code": error_code(response)})
+            log.info("child execution started", extra={"child_execution_id": child, "path": path})
+            return self._follow(child, path, stopped)
+
+        return run_child
+
+    def _follow(self, child: str, path: str, stopped: threading.Event) -> Outcome:
+        """Poll the child until it ends, waiting longer each time (up to ``child_poll_max_s``)."""
+        delay = self.child_poll_s
+        while not stopped.is_set():
+            try:
+                response: ApiResponse | None = self.api.get(f"/api/executions/{child}")
+            except UpstreamUnavailable:
+                response = None  # the child runs on; look again later
+            if response is not None and response.ok and isinstance(response.json, dict):
+                if response.json.get("status") in TERMINAL:
+                    return _child_outcome(child, path, response.json)
+            elif response is not None and response.status == 404:
+                return Outcome.fail("child_lost", f"child execution {child} of {path} is gone")
+            elif response is not None and 400 <= response.status < 500 and response.status != 429:
+                return Outcome.fail("child_unreadable", f"child execution {child}: {error_message(response)}")
+            if self.wait(stopped, delay):
+                break
+            delay = min(delay * 2, self.child_poll_max_s)
+        return Outcome.fail("stopped", f"the run was stopped while child execution {child} ran")
+
+
+def _child_outcome(child: str, path: str, execution: Mapping[str, Any]) -> Outcome:
+    """The in-process runner's child outcome (engine/local.py) from the child's execution resource."""
+    status = execution.get("status")
+    body = {
+        "execution_id": child,
+        "status": status,
+        "ctx": execution.get("ctx") or {},
+        "results": execution.get("results") or {},
+    }
+    if status == "completed":
+        return Outcome.ok(body)
+    failed = Outcome.fail("child_failed", f"child playbook {path} {status}")
+    return Outcome("error", body, {**(failed.error or {}), "child": execution.get("error")})
+
+
+class _Heartbeat:
+    """Extends the claim lease from its own thread until stopped; a 409 (or 404) sets ``lost``."""
+
+    def __init__(self, service: WorkerService, command_id: str, lost: threading.Event, interval: float) -> None:
+        self.service = service
+        self.command_id = command_id
+        self.lost = lost
+        self.interval = interval
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        context = contextvars.copy_context()  # the trace and execution id of the delivery
+        self._thread = threading.Thread(
+            target=context.run, args=(self._run,), name=f"heartbeat-{self.command_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating. A heartbeat call in flight is not waited out for long: the report matters more,
+        and a late heartbeat of a reported command is only refused."""
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(timeout=_HEARTBEAT_JOIN_S)
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval):
+            if not self.beat():
+                return
+
+    def beat(self) -> bool:
+        """One heartbeat; false when the lease is gone for good."""
+        path = f"/api/commands/{self.command_id}/heartbeat"
+        try:
+            response = self.service.api.post(path, {"worker_id": self.service.worker_id})
+        except UpstreamUnavailable:
+            log.warning("heartbeat failed: the control plane is unreachable", extra={"command_id": self.command_id})
+            return True
+        if response.ok:
+            lease = response.json.get("lease_expires_at") if isinstance(response.json, dict) else None
+            self.interval = self.service.heartbeat_interval(lease)
+            return True
+        if response.status in (404, 409):
+            log.info("heartbeat refused: stopping", extra={"command_id": self.command_id, "code": error_code(response)})
+            self.lost.set()
+            return False
+        log.warning("heartbeat failed", extra={"command_id": self.command_id, "http_status": response.status})
+        return True
+
+
+class _StoppableClock:
+    """The real clock, whose waits (between retries) end as soon as the run is stopped."""
+
+    def __init__(self, stopped: threading.Event) -> None:
+        self._stopped = stopped
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self._stopped.wait(seconds)
+
+
+def _attempt(value: Any, fallback: int | None) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    return fallback if fallback is not None and fallback >= 1 else 1
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+__all__ = [
+    "BadNotification",
+    "ControlPlaneRefused",
+    "Handled",
+    "Notification",
+    "WorkerService",
+    "wait_on",
+]
