@@ -100,6 +100,23 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if result.status == "completed" else 1
 
 
+def _spool(args: argparse.Namespace) -> int:
+    from noetl_cloud.settings import Settings
+    from noetl_cloud.spool import operator
+
+    settings = Settings.from_env(os.environ)
+    if args.action == "drain":
+        return operator.drain(settings, args.subscription, print, resume=args.resume)
+    spool = operator.open_spool(settings, args.subscription, args.backend, args.bucket or args.dir)
+    if args.action == "show":
+        if not args.name:
+            raise BadRequest("show needs the item's name (as `spool ls` prints it)", code="usage")
+        return operator.show(spool, args.name, print, payload=args.payload)
+    return operator.ls(
+        spool, args.subscription, print, dlq=args.action == "dlq", lane=args.lane, limit=args.limit, as_json=args.json
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="noetl-cloud", description="NoETL Cloud operator command")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -126,6 +143,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--keychain", metavar="FILE", help="credentials: a YAML/JSON file mapping alias -> entry (never printed)"
     )
     run.set_defaults(handler=_run)
+
+    spool = sub.add_parser("spool", help="a subscription's store-and-forward spool: list, inspect, drain, dead letters")
+    spool.add_argument("action", choices=["ls", "show", "drain", "dlq"])
+    spool.add_argument("subscription", help="the subscription's catalog path")
+    spool.add_argument("name", nargs="?", help="show: the item's object name, as ls prints it")
+    spool.add_argument("--lane", help="ls, dlq: one lane only")
+    spool.add_argument("--limit", type=int, default=100, help="ls, dlq: at most this many items (default 100)")
+    spool.add_argument("--json", action="store_true", help="ls, dlq: as JSON")
+    spool.add_argument("--payload", action="store_true", help="show: the payload too")
+    spool.add_argument("--resume", action="store_true", help="drain: lift the halt a poison left on a global lane")
+    spool.add_argument("--backend", choices=["gcs", "s3", "local_disk"], help="look in this spool backend")
+    spool.add_argument("--bucket", help="with --backend gcs or s3")
+    spool.add_argument("--dir", help="with --backend local_disk")
+    spool.set_defaults(handler=_spool)
     return parser
 
 

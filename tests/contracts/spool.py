@@ -237,3 +237,22 @@ class SpoolBackendContract(ABC):
         assert backend.lanes(sub) == ["tenant", lane]
         dead = backend.move_to_dlq(ref, "poison")
         assert backend.lanes(sub, dlq=True) == [lane] and backend.get(dead)[0].message_id == message_id
+
+    def test_put_dead_writes_straight_under_the_dead_letter_prefix_create_only(self, backend: SpoolBackend) -> None:
+        sub = new_subscription()
+        item = make_item(sub, 9, b"refused")
+        ref = backend.put_dead(item, b"refused", "spool_full")
+        assert ref.name == object_name(item, dlq=True)
+        assert backend.list(sub) == [] and backend.list(sub, dlq=True) == [ref]
+        stored, payload = backend.get(ref)
+        assert payload == b"refused" and stored.dlq_reason == "spool_full"
+        with pytest.raises(SpoolItemExists):
+            backend.put_dead(item, b"refused", "spool_full")
+
+    def test_subscriptions_lists_every_subscription_with_objects_decoded(self, backend: SpoolBackend) -> None:
+        live, dead = f"{new_subscription()}/with slash", new_subscription()
+        backend.put(make_item(live, 1, b"a"), b"a")
+        backend.put_dead(make_item(dead, 2, b"b"), b"b", "spool_full")
+        found = backend.subscriptions()
+        assert live in found and dead in found
+        assert found == sorted(found, key=lambda s: s.replace("/", "%2F").replace(" ", "%20"))

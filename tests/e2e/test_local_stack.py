@@ -17,7 +17,7 @@ import pytest
 from noetl_cloud.local.process import cmdline, port_open
 
 PORT_BASE = "16430"
-COMPONENTS = ["postgres", "pubsub", "firestore", "gcs", "s3", "execute", "ingress"]
+COMPONENTS = ["postgres", "pubsub", "firestore", "gcs", "s3", "execute", "ingress", "worker", "spool_drainer"]
 
 
 def cli(state: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -13,6 +13,7 @@ from flask import Flask, Response, g, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field
 
 from noetl_cloud.auth.internal import InternalAuth, install
+from noetl_cloud.control import spool_events
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import BatchRequest, ExecuteRequest
 from noetl_cloud.control.orchestrator import WorkerRef, WorkerReport
@@ -197,6 +198,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         published = plane.relay.sweep(topic_prefix=settings.command_topic_prefix)
         return {**published, "dedup_reclaimed": plane.executions.reclaim_dedup()}
 
+    app.register_blueprint(spool_events.blueprint(lambda: spool_events.SpoolEventService(plane.store, plane.events)))
     return app
 
 

@@ -15,10 +15,11 @@ from flask import Flask, Response, jsonify, request
 
 from noetl_cloud.errors import PayloadTooLarge
 from noetl_cloud.ids import SnowflakeGenerator
-from noetl_cloud.ingress.listeners import ListenerDirectory
 from noetl_cloud.ingress.service import IngressService
+from noetl_cloud.ingress.stale import StaleTolerantDirectory
 from noetl_cloud.observability import Counters, configure_logging
 from noetl_cloud.settings import Settings
+from noetl_cloud.spool.bootstrap import ingress_spooler
 from noetl_cloud.web import create_app
 from noetl_cloud.web.client import ApiClient, google_id_token_source, static_token
 
@@ -67,8 +68,15 @@ def service_from_settings(settings: Settings) -> IngressService:
 
         return JwksCache(url or GOOGLE_CERTS_URL)
 
+    kv = _kv(settings)
     return IngressService(
-        ListenerDirectory(api), api, _kv(settings), new_id=ids.next_str, jwks_for=jwks_for, counters=Counters()
+        StaleTolerantDirectory(api),
+        api,
+        kv,
+        new_id=ids.next_str,
+        jwks_for=jwks_for,
+        counters=Counters(),
+        spooler=ingress_spooler(settings, api, kv),
     )
 
 

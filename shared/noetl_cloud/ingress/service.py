@@ -11,7 +11,9 @@ the verifier passed; the planner takes only a verified message. Then:
 * forward one ``POST /api/execute``: 202 ``{status: accepted, execution_id}``.
 
 Failure semantics, with Pub/Sub push backoff in mind: control plane down or 5xx -> 503 (the
-source redelivers; the spool fills this seam for ``buffer_and_ack``); a message that can never
+source redelivers) unless the subscription spools (``buffer_and_ack`` / ``hybrid``): then a
+delivery whose forward fails, or that arrives while the circuit is open, is spooled and answered
+202 ``{status: spooled}`` (see ``noetl_cloud.spool.ingress``); a message that can never
 succeed -> for Pub/Sub push 2xx plus a ``subscription.message.dead_lettered`` event (no
 redelivery storm), for webhooks 400.
 """
@@ -72,7 +74,7 @@ class DispatchRejected(NoetlError):
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str  # accepted | duplicate | dead_lettered
+    status: str  # accepted | duplicate | dead_lettered | spooled | dropped
     http_status: int
     execution_id: str | None = None
     reason: str | None = None
@@ -87,8 +89,22 @@ class Outcome:
 
 
 class Spooler(Protocol):
-    def spool(self, listener: str, config: dict[str, Any], message: PushMessage, plan: dict[str, Any]) -> None:
-        """Keep the message durably for a later replay (the spool issue fills this seam)."""
+    """The store-and-forward seam (``noetl_cloud.spool.ingress.IngressSpooler`` fills it)."""
+
+    def gate(self, listener: str, config: dict[str, Any], message: PushMessage) -> Any | None:
+        """Before the forward: ``None`` (this subscription does not spool) or a ticket whose
+        ``action`` is ``dispatch``, ``probe`` or ``spool`` (``reason`` says why); raises
+        ``Unavailable`` when the mode says stop acking while the downstream is down."""
+        ...
+
+    def forwarded(self, config: dict[str, Any], ticket: Any, ok: bool) -> None:
+        """The forward of ``ticket`` reached the control plane (``ok``) or did not (for the circuit)."""
+        ...
+
+    def spool(
+        self, listener: str, config: dict[str, Any], message: PushMessage, plan: dict[str, Any], reason: str = ...
+    ) -> str:
+        """Keep the message durably for a later replay; ``spooled`` or ``dropped`` (dead-lettered by retention)."""
         ...
 
 
@@ -303,12 +319,19 @@ class IngressService:
             request["parent_execution_id"] = config["subscription_id"]
         if plan.dedup:
             request["dedup"] = plan.dedup
+        # What a replay needs besides the workload: the verified plan and the request around it.
+        spool_plan = {**plan.to_dict(), "request": {k: v for k, v in request.items() if k != "workload"}}
+        ticket = self.spooler.gate(listener, config, message) if self.spooler is not None else None
+        if ticket is not None and ticket.action == "spool":
+            return self._spooled(listener, config, message, spool_plan, ticket.reason)
         try:
             response = self.api.post("/api/execute", json=request)
         except NoetlError as exc:
-            return self._downstream_failed(listener, config, message, plan.to_dict(), exc)
+            return self._downstream_failed(listener, config, message, spool_plan, exc, ticket)
         if response.status >= 500:
-            return self._downstream_failed(listener, config, message, plan.to_dict(), None)
+            return self._downstream_failed(listener, config, message, spool_plan, None, ticket)
+        if ticket is not None and self.spooler is not None:
+            self.spooler.forwarded(config, ticket, True)
         if response.status >= 400:
             error = (response.json or {}).get("error", {}) if isinstance(response.json, dict) else {}
             return self._permanent(
@@ -328,13 +351,23 @@ class IngressService:
         message: PushMessage,
         plan: dict[str, Any],
         exc: NoetlError | None,
+        ticket: Any = None,
     ) -> Outcome:
+        if ticket is not None and self.spooler is not None:
+            self.spooler.forwarded(config, ticket, False)
         spool_mode = (config.get("spool") or {}).get("mode")
         if self.spooler is not None and spool_mode in ("buffer_and_ack", "hybrid"):
-            self.spooler.spool(listener, config, message, plan)
-            self.counters.inc("ingress_spooled", listener=listener)
-            return Outcome("spooled", 202)
+            return self._spooled(listener, config, message, plan, "forward_failed")
         raise Unavailable("the control plane is unavailable; retry later", code="control_plane_unavailable") from exc
+
+    def _spooled(
+        self, listener: str, config: dict[str, Any], message: PushMessage, plan: dict[str, Any], reason: str
+    ) -> Outcome:
+        """Spooled (or dropped to the dead-letter prefix by retention): durable, so the source may ack."""
+        assert self.spooler is not None
+        status = self.spooler.spool(listener, config, message, plan, reason)
+        self.counters.inc("ingress_spooled" if status == "spooled" else "ingress_dropped", listener=listener)
+        return Outcome(status, 202, reason=reason)
 
     def _permanent(self, listener: str, config: dict[str, Any], message_id: str | None, exc: NoetlError) -> Outcome:
         """A message that can never succeed: Pub/Sub gets a 2xx (no redelivery storm) and the

@@ -125,6 +125,17 @@ class SpoolBackend(Protocol):
         """``(items, bytes)`` of the subscription's live items (its dead-lettered ones with ``dlq``), for retention."""
         ...
 
+    def put_dead(self, item: SpoolItem, payload: bytes, reason: str) -> SpoolRef:
+        """Store ``item`` (``dlq_reason`` set to ``reason``) straight under the dead-letter prefix, create-only.
+
+        For a message refused by retention (``on_full: drop_to_dlq``): it never becomes a live item.
+        """
+        ...
+
+    def subscriptions(self) -> builtins.list[str]:
+        """The subscriptions (decoded, sorted by encoded name) that hold at least one object, live or dead-lettered."""
+        ...
+
 
 def _check_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -230,6 +241,13 @@ class ObjectSpool(ABC):
                 raise
         self._delete(stored)
         return moved
+
+    def put_dead(self, item: SpoolItem, payload: bytes, reason: str) -> SpoolRef:
+        dead = item.model_copy(update={"dlq_reason": reason})
+        return self._create(object_name(dead, dlq=True), encode_object(dead, payload))
+
+    def subscriptions(self) -> builtins.list[str]:
+        return [decode_lane(segment) for segment in self._children("")]
 
     def usage(self, subscription: str, *, dlq: bool = False) -> tuple[int, int]:
         refs: list[SpoolRef] = []

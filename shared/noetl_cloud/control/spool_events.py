@@ -1,0 +1,90 @@
+"""``POST /api/internal/spool/events``: the spool's events into the canonical event log.
+
+The roles that spool (ingress, spool drainer, subscription runtime) hold no database connection;
+they send their §8.4 events here. Each event carries an idempotency key; the event log keeps one
+event per key, so a retried or re-flushed event is answered as a duplicate and never written
+twice. ``event_time`` is the caller's (a ``spooled`` event written late by the drainer keeps the
+item's spool time). Payloads are metadata only: ids, sizes, digests, ``noetl://spool/`` references.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from flask import Blueprint
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from noetl_cloud.envelope import EventFactory
+from noetl_cloud.eventlog.port import DuplicateIdempotencyKey
+from noetl_cloud.eventlog.postgres import PostgresEventStore
+from noetl_cloud.web import json_body
+
+EventType = Literal[
+    "subscription.message.spooled",
+    "subscription.message.replayed",
+    "subscription.message.dead_lettered",
+    "subscription.message.dropped",
+    "subscription.spool.draining",
+    "subscription.spool.recovered",
+    "subscription.spool.alert",
+    "subscription.circuit.opened",
+    "subscription.circuit.closed",
+]
+
+
+class SpoolEventIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    event_type: EventType
+    aggregate: Literal["subscription", "circuit"]
+    subject: str = Field(min_length=1, max_length=512)
+    payload: dict[str, Any] = Field(max_length=32)
+    idempotency_key: str = Field(min_length=1, max_length=512)
+    event_time: AwareDatetime
+
+
+class SpoolEventsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[SpoolEventIn] = Field(min_length=1, max_length=500)
+
+
+class SpoolEventService:
+    def __init__(self, store: PostgresEventStore, events: EventFactory) -> None:
+        self.store = store
+        self.events = events
+
+    def record(self, events: list[SpoolEventIn]) -> tuple[int, int]:
+        """Append each event unless its idempotency key is already in the log: ``(recorded, duplicates)``."""
+        recorded = duplicates = 0
+        for event in events:
+            stream = f"{'spool' if event.aggregate == 'subscription' else 'circuit'}/{event.subject}"
+            envelope = self.events.new(
+                event.event_type,
+                stream_id=stream,
+                aggregate_type=event.aggregate,
+                aggregate_id=event.subject,
+                payload=event.payload,
+                idempotency_key=event.idempotency_key,
+                event_time=event.event_time,
+            )
+            try:
+                self.store.append(stream, [envelope])
+            except DuplicateIdempotencyKey:
+                duplicates += 1
+            else:
+                recorded += 1
+        return recorded, duplicates
+
+
+def blueprint(service: Any) -> Blueprint:
+    """The route, over a lazily built :class:`SpoolEventService` (``service()`` returns it)."""
+    bp = Blueprint("spool_events", __name__)
+
+    @bp.post("/api/internal/spool/events")
+    def record_spool_events() -> tuple[dict[str, Any], int]:
+        body = json_body(SpoolEventsIn)
+        recorded, duplicates = service().record(body.events)
+        return {"recorded": recorded, "duplicates": duplicates}, 200
+
+    return bp

@@ -1,0 +1,52 @@
+"""The spool drainer role: ``POST /drain`` (Cloud Scheduler, and whoever closes a circuit).
+
+Body (optional): ``{"subscription": "<catalog path>", "resume": false}``. Without a subscription
+every spooling subscription is drained (those with objects in the deployment's spool, and those
+whose catalog entry spools). ``resume`` lifts the halt a poison message left on a ``global``
+lane. The answer lists one report per subscription; a control plane that cannot be reached is
+503 (the schedule tries again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask
+from pydantic import BaseModel, ConfigDict, Field
+
+from noetl_cloud.auth.internal import InternalAuth, install
+from noetl_cloud.observability import configure_logging
+from noetl_cloud.settings import Settings
+from noetl_cloud.spool.bootstrap import DrainService, drain_service
+from noetl_cloud.web import create_app, json_body
+
+
+class DrainRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    subscription: str | None = Field(default=None, min_length=1, max_length=512)
+    resume: bool = False
+
+
+def build_app(settings: Settings, service: DrainService, auth: InternalAuth) -> Flask:
+    app = create_app("spool_drainer", settings)
+    install(app, auth, prefix="/drain/")
+
+    @app.post("/drain")
+    def drain() -> dict[str, Any]:
+        from flask import request
+
+        body = json_body(DrainRequest) if request.content_length else DrainRequest()
+        subscriptions = [body.subscription] if body.subscription else None
+        return {"results": service.run(subscriptions, resume=body.resume)}
+
+    return app
+
+
+def app_from_env(env: Mapping[str, str]) -> Flask:
+    settings = Settings.from_env(env, role="spool_drainer")
+    configure_logging(settings.log_level, project_id=settings.project_id, role="spool_drainer")
+    auth = InternalAuth.from_settings(
+        settings, audience=settings.internal_api_audience, allowed_emails=settings.internal_api_callers or None
+    )
+    return build_app(settings, drain_service(settings), auth)

@@ -1,0 +1,428 @@
+"""Draining a subscription's spool (RFC §8.3): probe, lease, replay in order, dead-letter.
+
+One :meth:`Drainer.drain` of one subscription:
+
+1. flushes the events parked while the control plane was down (:class:`~noetl_cloud.spool.events.EventJournal`);
+2. takes a lease per lane (``spool-drain/<subscription>/<lane>`` in the coordination store) so two
+   drainers never drain one lane; under ``global`` ordering it needs every lane;
+3. if the downstream's circuit is not closed, becomes its probe when the probe is due: the probe
+   is the replay of the oldest spooled item, so a downstream with no health endpoint recovers.
+   Success closes the circuit (``subscription.circuit.closed``); failure re-opens it, and the
+   drain only enforces ``max_age_hours`` on the lane heads;
+4. replays each lane in receive order through ``POST /api/execute`` with the stored plan and a
+   dedup block (the plan's, else the idempotency key or message id), at ``drain.rate_per_sec``.
+   The ``spooled`` event is written first (with the item's spool time), then the replay, then
+   the ``replayed`` event, then the object is deleted: a drainer killed anywhere in between
+   replays the item again and the control plane's dedup window answers ``duplicate``;
+5. an item the control plane refuses counts an attempt (the count is stored in the object);
+   at ``max_replay_attempts`` it moves to the dead-letter prefix. Under ``per_key`` / ``none``
+   its lane goes on; under ``global`` the drain halts (a ``subscription.spool.alert``) until an
+   operator resumes it, accepting the gap. Items older than ``max_age_hours`` are dead-lettered
+   with reason ``retention_expired``;
+6. when the spool is empty, removes the backlog mark (live traffic flows again under
+   ``ordered_then_live``) and writes ``subscription.spool.recovered``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, Protocol
+
+from noetl_cloud.envelope import format_time
+from noetl_cloud.errors import NoetlError, Unavailable
+from noetl_cloud.spool import events as ev
+from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
+from noetl_cloud.spool.item import SpoolItem, SpoolItemNotFound, SpoolRef, SpoolVersionConflict
+from noetl_cloud.spool.policy import POISON, RETENTION_EXPIRED, drain_order, expired, is_poison
+from noetl_cloud.spool.port import SpoolBackend
+
+log = logging.getLogger(__name__)
+
+LEASE_PREFIX: Final = "spool-drain/"
+REPLAY_DEDUP_WINDOW_S: Final = 24 * 3600
+UNAVAILABLE_STATUSES: Final = frozenset({429, 502, 503, 504})
+
+
+# -- replay ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """``replayed`` (started, or a duplicate within the dedup window), ``unavailable`` (the
+    downstream is down: the circuit counts it, the item does not) or ``rejected`` (the item
+    failed: it counts an attempt)."""
+
+    outcome: Literal["replayed", "unavailable", "rejected"]
+    execution_id: str | None = None
+    duplicate: bool = False
+    detail: str | None = None
+
+
+class Replayer(Protocol):
+    def replay(self, item: SpoolItem, payload: bytes) -> ReplayResult:
+        """Dispatch one spooled item again, from its stored plan."""
+        ...
+
+
+def replay_request(item: SpoolItem, payload: bytes) -> dict[str, Any]:
+    """The ``POST /api/execute`` body of a replay: the stored request, the exact workload, a dedup block."""
+    plan = item.plan
+    request = dict(plan.get("request") or {})
+    request.setdefault("path", plan.get("playbook"))
+    if plan.get("execution_pool"):
+        request.setdefault("execution_pool", plan["execution_pool"])
+    if plan.get("trace") and plan["trace"].get("traceparent"):
+        request.setdefault("trace", plan["trace"])
+    request["workload"] = json.loads(payload)
+    request["dedup"] = (
+        request.get("dedup")
+        or plan.get("dedup")
+        or {
+            "key": item.idempotency_key or item.message_id,
+            "window_secs": REPLAY_DEDUP_WINDOW_S,
+        }
+    )
+    meta = dict(request.get("meta") or {})
+    meta["spool"] = {"recv_seq": str(item.recv_seq), "spooled_at": format_time(item.spooled_at), "lane": item.lane}
+    request["meta"] = meta
+    return request
+
+
+class ApiReplayer:
+    """Replays through the control plane (an ``ApiClient``)."""
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+
+    def replay(self, item: SpoolItem, payload: bytes) -> ReplayResult:
+        try:
+            response = self.api.post("/api/execute", json=replay_request(item, payload))
+        except NoetlError as exc:
+            return ReplayResult("unavailable", detail=exc.code)
+        body = response.json if isinstance(response.json, dict) else {}
+        if response.status in UNAVAILABLE_STATUSES:
+            return ReplayResult("unavailable", detail=f"http_{response.status}")
+        if response.status >= 400:
+            error = body.get("error")
+            if not isinstance(error, dict):
+                error = {}
+            return ReplayResult("rejected", detail=str(error.get("code") or f"http_{response.status}"))
+        return ReplayResult("replayed", body.get("execution_id"), duplicate=body.get("status") == "duplicate")
+
+
+# -- the drain ------------------------------------------------------------------------------------
+
+
+@dataclass
+class DrainReport:
+    subscription: str
+    state: str = "drained"  # drained | empty | circuit_open | busy | halted | budget
+    replayed: int = 0
+    dead_lettered: int = 0
+    probed: bool = False
+    lanes: list[str] = field(default_factory=list)
+    drain_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    holder: str = ""
+    started: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("started", "holder")}
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    ref: SpoolRef
+    item: SpoolItem
+    payload: bytes
+
+    @property
+    def recv_seq(self) -> int:
+        return self.item.recv_seq
+
+    @property
+    def attempts(self) -> int:
+        return self.item.attempts
+
+
+class _Stop(Exception):
+    def __init__(self, state: str) -> None:
+        self.state = state
+
+
+def lease_name(subscription: str, lane: str) -> str:
+    return f"{LEASE_PREFIX}{subscription}/{lane}"
+
+
+class Drainer:
+    """Drains subscriptions with one :class:`SpoolEngine` and one :class:`Replayer`."""
+
+    def __init__(
+        self,
+        engine: SpoolEngine,
+        replayer: Replayer,
+        *,
+        holder: str | None = None,
+        lease_ttl_s: float = 30.0,
+        budget_s: float = 240.0,
+        batch: int = 100,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.replayer = replayer
+        self.holder = holder or f"drainer-{uuid.uuid4().hex[:12]}"
+        self.lease_ttl_s = lease_ttl_s
+        self.budget_s = budget_s
+        self.batch = batch
+        self.sleep = sleep
+        self.monotonic = monotonic
+
+    # -- one subscription ------------------------------------------------------------------------
+
+    def drain(self, target: SpoolTarget, *, resume: bool = False) -> DrainReport:
+        sub = target.subscription
+        report = DrainReport(sub, started=self.monotonic())
+        report.holder = f"{self.holder}:{report.drain_id[:12]}"  # one holder per run, even between threads
+        self._flush(sub)
+        backend, label = self.engine.backends.resolve(target.spool)
+        if resume:
+            self.engine.resume(sub)
+        lanes = backend.lanes(sub)
+        report.lanes = lanes
+        if not lanes:
+            self.engine.clear_backlog(sub, backend)
+            report.state = "empty"
+            return report
+        leased = [lane for lane in lanes if self._lease(sub, lane, report.holder)]
+        try:
+            if not leased or (target.spool.ordering == "global" and len(leased) < len(lanes)):
+                report.state = "busy"
+                return report
+            if self.engine.halted(sub):
+                self._sweep(target, backend, label, leased, report)
+                report.state = "halted"
+                return report
+            self._run(target, backend, label, leased, report)
+        except _Stop as stop:
+            report.state = stop.state
+        finally:
+            for lane in leased:
+                self.engine.kv.release_lease(lease_name(sub, lane), report.holder)
+        if report.state == "drained" and self.engine.clear_backlog(sub, backend):
+            if report.replayed or report.dead_lettered:
+                duration_ms = int((self.monotonic() - report.started) * 1000)
+                event = ev.recovered(
+                    sub,
+                    report.drain_id,
+                    replayed_count=report.replayed,
+                    dead_lettered_count=report.dead_lettered,
+                    duration_ms=duration_ms,
+                )
+                self._emit(sub, [event])
+        return report
+
+    def _run(
+        self, target: SpoolTarget, backend: SpoolBackend, label: str, lanes: list[str], report: DrainReport
+    ) -> None:
+        sub, spool = target.subscription, target.spool
+        breaker = self.engine.breaker(target)
+        probe = None
+        state = breaker.state()
+        if state.state != "closed":
+            decision = breaker.allow(
+                report.holder,
+                mode=spool.mode,
+                source_kind=target.source_kind,
+                hybrid_escalate_after_ms=spool.hybrid_escalate_after_ms,
+            )
+            if decision.action != "probe":
+                self._sweep(target, backend, label, lanes, report)
+                raise _Stop("circuit_open")
+            probe = decision.state
+            report.probed = True
+        count, size = backend.usage(sub)
+        self._emit(
+            sub,
+            [
+                ev.draining(
+                    sub, report.drain_id, items=count, bytes_used=size, lanes=len(lanes), ordering=spool.ordering
+                )
+            ],
+        )
+        pace = 1.0 / spool.drain.rate_per_sec
+        next_at = self.monotonic()
+        active = list(lanes)
+        while active:
+            if self.monotonic() - report.started > self.budget_s:
+                raise _Stop("budget")
+            loaded = {lane: self._load(backend, sub, lane) for lane in active}
+            active = [lane for lane in active if loaded[lane]]
+            if not active:
+                return
+            plan = drain_order({lane: loaded[lane] for lane in active}, spool.ordering, spool.drain.max_replay_attempts)
+            blocked: set[str] = set()
+            for step in plan.interleaved():
+                lane = step.lane
+                if lane in blocked:
+                    continue
+                if not self._lease(sub, lane, report.holder):  # lost it (expired): another drainer owns the lane now
+                    blocked.add(lane)
+                    active.remove(lane)
+                    continue
+                entry = step.item
+                if expired(entry.item.spooled_at, self.engine.clock(), spool.retention.max_age_hours):
+                    self._dead_letter(sub, backend, label, entry.ref, entry.item, RETENTION_EXPIRED, report)
+                    continue
+                if step.action == "dead_letter":
+                    self._poisoned(target, backend, label, entry.ref, entry.item, report)
+                    continue
+                wait = next_at - self.monotonic()
+                if wait > 0:
+                    self.sleep(wait)
+                next_at = max(next_at, self.monotonic()) + pace
+                self.engine.journal.emit(sub, [ev.spooled(entry.item, entry.ref.name, label)])
+                result = self.replayer.replay(entry.item, entry.payload)
+                if probe is not None:
+                    if result.outcome == "unavailable":
+                        breaker.record_failure(report.holder)
+                        self._sweep(target, backend, label, lanes, report)
+                        raise _Stop("circuit_open")
+                    if breaker.record_success(report.holder).closed:
+                        self.engine.circuit_closed(target, probe.outage_since or probe.opened_at)
+                    probe = None
+                if result.outcome == "replayed":
+                    self._emit(
+                        sub,
+                        [
+                            ev.replayed(
+                                entry.item,
+                                entry.ref.name,
+                                result.execution_id,
+                                duplicate=result.duplicate,
+                                attempts=entry.item.attempts + 1,
+                            )
+                        ],
+                    )
+                    self._delete(backend, entry.ref)
+                    report.replayed += 1
+                elif result.outcome == "unavailable":
+                    transition = breaker.record_failure(report.holder)
+                    if transition.opened:
+                        self.engine.circuit_opened(target, transition.state)
+                    raise _Stop("circuit_open")
+                else:
+                    blocked.add(lane)  # the lane waits on its head; it is retried from a fresh read
+                    attempts = entry.item.attempts + 1
+                    log.warning("spool replay refused", extra={"subscription": sub, "reason": result.detail})
+                    try:
+                        ref = backend.update_attempts(entry.ref, attempts)
+                    except (SpoolItemNotFound, SpoolVersionConflict):
+                        continue  # another drainer moved it on
+                    if is_poison(attempts, spool.drain.max_replay_attempts):
+                        self._poisoned(
+                            target,
+                            backend,
+                            label,
+                            ref,
+                            entry.item.model_copy(update={"attempts": attempts}),
+                            report,
+                            detail=result.detail,
+                        )
+            if plan.halted_lanes:
+                raise _Stop("halted")
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _poisoned(
+        self,
+        target: SpoolTarget,
+        backend: SpoolBackend,
+        label: str,
+        ref: SpoolRef,
+        item: SpoolItem,
+        report: DrainReport,
+        *,
+        detail: str | None = None,
+    ) -> None:
+        sub = target.subscription
+        self._dead_letter(sub, backend, label, ref, item, POISON, report, detail=detail)
+        if target.spool.ordering == "global":
+            self.engine.halt(sub, {"reason": POISON, "message_id": item.message_id, "recv_seq": str(item.recv_seq)})
+            self._emit(
+                sub,
+                [
+                    ev.alert(
+                        sub,
+                        "global_lane_halted",
+                        str(item.recv_seq),
+                        message_id=item.message_id,
+                        recv_seq=str(item.recv_seq),
+                    )
+                ],
+            )
+            raise _Stop("halted")
+
+    def _dead_letter(
+        self,
+        sub: str,
+        backend: SpoolBackend,
+        label: str,
+        ref: SpoolRef,
+        item: SpoolItem,
+        reason: str,
+        report: DrainReport,
+        *,
+        detail: str | None = None,
+    ) -> None:
+        self.engine.journal.emit(sub, [ev.spooled(item, ref.name, label)])
+        try:
+            dead = backend.move_to_dlq(ref, reason)
+        except (SpoolItemNotFound, SpoolVersionConflict):
+            return
+        self._emit(sub, [ev.dead_lettered(item, ref.name, dead.name, reason, attempts=item.attempts, detail=detail)])
+        report.dead_lettered += 1
+
+    def _sweep(
+        self, target: SpoolTarget, backend: SpoolBackend, label: str, lanes: list[str], report: DrainReport
+    ) -> None:
+        """While nothing can be replayed: dead-letter the lane heads older than ``max_age_hours``."""
+        max_age = target.spool.retention.max_age_hours
+        for lane in lanes:
+            for entry in self._load(backend, target.subscription, lane):
+                if not expired(entry.item.spooled_at, self.engine.clock(), max_age):
+                    break
+                self._dead_letter(target.subscription, backend, label, entry.ref, entry.item, RETENTION_EXPIRED, report)
+
+    def _load(self, backend: SpoolBackend, sub: str, lane: str) -> list[_Loaded]:
+        loaded = []
+        for ref in backend.list(sub, lane, limit=self.batch):
+            try:
+                item, payload = backend.get(ref)
+            except SpoolItemNotFound:
+                continue
+            loaded.append(_Loaded(ref, item, payload))
+        return loaded
+
+    def _lease(self, sub: str, lane: str, holder: str) -> bool:
+        return self.engine.kv.acquire_lease(lease_name(sub, lane), holder, self.lease_ttl_s) is not None
+
+    @staticmethod
+    def _delete(backend: SpoolBackend, ref: SpoolRef) -> None:
+        try:
+            backend.delete(ref)
+        except SpoolVersionConflict:  # its attempts were rewritten meanwhile; it is replayed all the same
+            backend.delete(SpoolRef(ref.name, None, ref.size))
+
+    def _emit(self, sub: str, events: list[ev.SpoolEvent]) -> None:
+        self.engine.journal.emit(sub, events)
+
+    def _flush(self, sub: str) -> None:
+        try:
+            self.engine.journal.flush(sub)
+        except Unavailable:
+            log.info("parked spool events not flushed yet", extra={"subscription": sub})

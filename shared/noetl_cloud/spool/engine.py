@@ -1,0 +1,347 @@
+"""The spool engine: backend + circuit breaker + policy, for the roles that receive messages.
+
+For one message of one subscription (a :class:`SpoolTarget`) the engine answers three questions:
+
+* :meth:`SpoolEngine.gate` -- before the dispatch: dispatch it, dispatch it as the circuit's probe,
+  or spool it (the circuit is open; or a backlog is draining and ``on_recovery`` is
+  ``ordered_then_live``, so a live message must not overtake it). A mode that stops acking is
+  refused with :class:`CircuitOpen` (503: the source keeps the message).
+* :meth:`SpoolEngine.report` -- the dispatch's outcome, for the breaker; the caller whose write
+  opened or closed the circuit emits ``subscription.circuit.opened`` / ``closed``.
+* :meth:`SpoolEngine.spool` -- keep the message: retention first (``max_bytes`` and ``on_full``),
+  then one create-only object, then the backlog mark, then (best effort) the ``spooled`` event.
+
+**Order.** From the moment the circuit opens until its backlog has drained, no live message
+overtakes a spooled one (under ``ordered_then_live``). A single failed forward below
+``trip_after`` is spooled without pausing live traffic (the downstream is not known to be down):
+the next drain replays it, possibly after later messages of its lane; ``trip_after: 1`` makes
+every failure pause live traffic.
+
+**Who probes.** While spooled items wait, the drainer probes with the oldest of them (a real
+dispatch, so a downstream without a health endpoint still recovers); a live message is the probe
+only when nothing is spooled. **The backlog mark** (``spool/backlog/<subscription>`` in the
+coordination store) says items wait: it is checked after every spool write (but a failed forward
+of a closed circuit), and the drainer
+removes it only when a listing after the removal still finds the spool empty, so a live message
+acknowledged after a spooled one never overtakes it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from noetl_cloud.envelope import utc_now
+from noetl_cloud.errors import Unavailable
+from noetl_cloud.kv.port import Clock, KeyValueStore
+from noetl_cloud.spec.subscription import Spool
+from noetl_cloud.spool import events as ev
+from noetl_cloud.spool.backends import Backends
+from noetl_cloud.spool.circuit import CircuitBreaker, CircuitConfig, CircuitState
+from noetl_cloud.spool.item import SpoolItem, SpoolItemExists, SpoolRef
+from noetl_cloud.spool.policy import (
+    Full,
+    SourceKind,
+    lane_of,
+    may_interleave,
+    on_downstream_failure,
+    retention_decision,
+)
+from noetl_cloud.spool.port import SpoolBackend
+
+log = logging.getLogger(__name__)
+
+BACKLOG_PREFIX: Final = "spool/backlog/"
+HALT_PREFIX: Final = "spool/halt/"
+SPOOL_FULL: Final = "spool_full"
+FORWARD_FAILED: Final = "forward_failed"
+USAGE_TTL_S: Final = 5.0
+
+
+class CircuitOpen(Unavailable):
+    """The downstream's circuit is open and the spool mode says stop acking (the source keeps it)."""
+
+    code = "circuit_open"
+    retry_after = 30
+
+
+class SpoolFull(Unavailable):
+    """Retention's ``max_bytes`` is reached and ``on_full`` is ``stop_acking``."""
+
+    code = "spool_full"
+    retry_after = 60
+
+
+@dataclass(frozen=True)
+class SpoolTarget:
+    """One subscription's spool: its catalog path, ``spool`` block, source kind and downstream."""
+
+    subscription: str
+    spool: Spool
+    source_kind: SourceKind
+    downstream: str
+
+    @classmethod
+    def from_spec(
+        cls, subscription: str, spool: Mapping[str, Any] | Spool | None, *, source_kind: SourceKind, downstream: str
+    ) -> SpoolTarget:
+        block = spool if isinstance(spool, Spool) else Spool.model_validate(dict(spool or {}))
+        return cls(subscription, block, source_kind, downstream)
+
+    @property
+    def enabled(self) -> bool:
+        return self.spool.mode != "off"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What to do with one message before dispatching it (see :meth:`SpoolEngine.gate`).
+
+    ``holder`` names this dispatch to the breaker; ``state`` is the circuit as read or taken.
+    """
+
+    action: Literal["dispatch", "probe", "spool"]
+    holder: str
+    reason: str | None = None
+    state: CircuitState | None = None
+
+
+@dataclass(frozen=True)
+class Spooled:
+    """What :meth:`SpoolEngine.spool` did: ``spooled`` (a live item) or ``dropped`` (dead-lettered at once)."""
+
+    status: Literal["spooled", "dropped"]
+    ref: SpoolRef
+    item: SpoolItem
+
+
+def payload_bytes(workload: Any) -> bytes:
+    """The exact bytes spooled for a workload: compact, key-sorted JSON."""
+    return json.dumps(workload, ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False).encode()
+
+
+class SpoolEngine:
+    """The spool, the circuits and the spool events of one process (shared by its requests)."""
+
+    def __init__(
+        self,
+        kv: KeyValueStore,
+        journal: ev.EventJournal,
+        backends: Backends,
+        *,
+        ids: Callable[[], int],
+        instance: str | None = None,
+        clock: Clock = utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
+        usage_ttl_s: float = USAGE_TTL_S,
+        on_circuit_closed: Callable[[SpoolTarget], None] | None = None,
+    ) -> None:
+        self.kv = kv
+        self.journal = journal
+        self.backends = backends
+        self.ids = ids
+        self.instance = instance or uuid.uuid4().hex[:12]
+        self.clock = clock
+        self.monotonic = monotonic
+        self.usage_ttl_s = usage_ttl_s
+        self.on_circuit_closed = on_circuit_closed
+        self._usage: dict[str, tuple[float, int, int]] = {}
+        self._alerted: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+
+    # -- circuits --------------------------------------------------------------------------------
+
+    def breaker(self, target: SpoolTarget) -> CircuitBreaker:
+        return CircuitBreaker(
+            self.kv, target.downstream, CircuitConfig.from_spec(target.spool.circuit), clock=self.clock
+        )
+
+    def holder(self) -> str:
+        return f"{self.instance}:{uuid.uuid4().hex[:16]}"
+
+    def gate(self, target: SpoolTarget) -> Gate:
+        """Dispatch, probe or spool this message? :class:`CircuitOpen` when the mode stops acking."""
+        spool = target.spool
+        breaker = self.breaker(target)
+        state = breaker.state()
+        holder = self.holder()
+        if state.state == "closed":
+            if not may_interleave(spool.drain.on_recovery, spool.ordering) and self.backlog(target.subscription):
+                return Gate("spool", holder, "draining", state)
+            return Gate("dispatch", holder, state=state)
+        if not self.backlog(target.subscription):
+            decision = breaker.allow(
+                holder,
+                mode=spool.mode,
+                source_kind=target.source_kind,
+                hybrid_escalate_after_ms=spool.hybrid_escalate_after_ms,
+            )
+            if decision.action == "probe":
+                return Gate("probe", holder, state=decision.state)
+            if decision.action == "spool":
+                return Gate("spool", holder, "circuit_open", decision.state)
+            raise CircuitOpen(f"the circuit of {target.downstream} is open; retry later")
+        # Items wait: the drainer probes with the oldest of them; this message joins the backlog.
+        since = state.outage_since or state.opened_at
+        action = on_downstream_failure(
+            spool.mode, target.source_kind, since, self.clock(), spool.hybrid_escalate_after_ms
+        )
+        if action == "spool":
+            return Gate("spool", holder, "circuit_open", state)
+        raise CircuitOpen(f"the circuit of {target.downstream} is open; retry later")
+
+    def report(self, target: SpoolTarget, gate: Gate, ok: bool) -> None:
+        """The dispatch of ``gate`` succeeded (the downstream answered) or failed (it is unavailable)."""
+        breaker = self.breaker(target)
+        if ok:
+            if gate.action == "dispatch" and gate.state is not None and gate.state.consecutive_failures == 0:
+                return  # a closed circuit with no failures: nothing to reset
+            transition = breaker.record_success(gate.holder)
+            if transition.closed:
+                since = gate.state.outage_since if gate.state else None
+                self.circuit_closed(target, since)
+            return
+        transition = breaker.record_failure(gate.holder)
+        if transition.opened:
+            self.circuit_opened(target, transition.state)
+
+    def circuit_opened(self, target: SpoolTarget, state: CircuitState) -> None:
+        opened_at = state.opened_at or self.clock()
+        log.warning("circuit opened", extra={"downstream": target.downstream, "subscription": target.subscription})
+        event = ev.circuit_opened(target.downstream, target.subscription, opened_at, state.consecutive_failures)
+        self._emit(target.subscription, [event])
+
+    def circuit_closed(self, target: SpoolTarget, outage_since: datetime | None) -> None:
+        log.info("circuit closed", extra={"downstream": target.downstream, "subscription": target.subscription})
+        self._emit(
+            target.subscription, [ev.circuit_closed(target.downstream, target.subscription, outage_since, self.clock())]
+        )
+        if self.on_circuit_closed is not None:
+            self.on_circuit_closed(target)
+
+    def _emit(self, journal: str, events: list[ev.SpoolEvent]) -> None:
+        """Record or park; an event that can be neither is logged, never turned into a failed delivery."""
+        try:
+            self.journal.emit(journal, events)
+        except Unavailable:
+            log.error("spool events neither recorded nor parked", extra={"types": [e.event_type for e in events]})
+
+    # -- backlog and halt marks ------------------------------------------------------------------
+
+    def backlog(self, subscription: str) -> bool:
+        return self.kv.get(BACKLOG_PREFIX + subscription) is not None
+
+    def mark_backlog(self, subscription: str) -> None:
+        key = BACKLOG_PREFIX + subscription
+        if self.kv.get(key) is None:
+            self.kv.create(key, {"since": self.clock().isoformat(), "by": self.instance})
+
+    def clear_backlog(self, subscription: str, backend: SpoolBackend) -> bool:
+        """Remove the backlog mark if the spool is empty; ``False`` (mark kept) when an item is there."""
+        key = BACKLOG_PREFIX + subscription
+        if backend.list(subscription, limit=1):
+            return False
+        entry = self.kv.get(key)
+        if entry is not None:
+            self.kv.delete(key, expected_version=entry.version)
+        if backend.list(subscription, limit=1):  # spooled while the mark went: put it back
+            self.mark_backlog(subscription)
+            return False
+        return True
+
+    def halted(self, subscription: str) -> dict[str, Any] | None:
+        entry = self.kv.get(HALT_PREFIX + subscription)
+        return None if entry is None else entry.value
+
+    def halt(self, subscription: str, reason: dict[str, Any]) -> None:
+        self.kv.create(HALT_PREFIX + subscription, reason)
+
+    def resume(self, subscription: str) -> bool:
+        return self.kv.delete(HALT_PREFIX + subscription)
+
+    # -- spooling --------------------------------------------------------------------------------
+
+    def usage(self, subscription: str, backend: SpoolBackend) -> tuple[int, int]:
+        """``(items, bytes)`` of the live spool, listed at most every ``usage_ttl_s`` plus this process's writes."""
+        now = self.monotonic()
+        with self._lock:
+            cached = self._usage.get(subscription)
+        if cached is not None and cached[0] > now:
+            return cached[1], cached[2]
+        count, size = backend.usage(subscription)
+        with self._lock:
+            self._usage[subscription] = (now + self.usage_ttl_s, count, size)
+        return count, size
+
+    def _count(self, subscription: str, size: int) -> None:
+        with self._lock:
+            cached = self._usage.get(subscription)
+            if cached is not None:
+                self._usage[subscription] = (cached[0], cached[1] + 1, cached[2] + size)
+
+    def spool(
+        self,
+        target: SpoolTarget,
+        payload: bytes,
+        *,
+        message_id: str,
+        source: str,
+        plan: dict[str, Any],
+        reason: str,
+        idempotency_key: str | None = None,
+        ordering_key: object = None,
+    ) -> Spooled:
+        """Keep one message durably; :class:`SpoolFull` when retention refuses it (``stop_acking``)."""
+        spool = target.spool
+        backend, label = self.backends.resolve(spool)
+        now = self.clock()
+        item = SpoolItem.for_payload(
+            payload,
+            subscription=target.subscription,
+            lane=lane_of(spool.ordering, ordering_key),
+            source=source,
+            message_id=message_id,
+            idempotency_key=idempotency_key,
+            recv_seq=self.ids(),
+            ordering_key=None if ordering_key in (None, "") else str(ordering_key),
+            spooled_at=now,
+            reason=reason,
+            plan=plan,
+        )
+        count, used = self.usage(target.subscription, backend)
+        verdict = retention_decision(count, used, len(payload), None, now, spool.retention)
+        if isinstance(verdict, Full):
+            if verdict.action == "stop_acking":
+                raise SpoolFull(f"the spool of {target.subscription} is full; retry later")
+            if verdict.action == "drop_to_dlq":
+                ref = backend.put_dead(item, payload, SPOOL_FULL)
+                event = ev.dropped(item, ref.name, SPOOL_FULL, bytes_used=used, max_bytes=verdict.max_bytes)
+                self._emit(target.subscription, [event])
+                return Spooled("dropped", ref, item)
+            self._alert(target.subscription, SPOOL_FULL, bytes_used=used, max_bytes=verdict.max_bytes, items=count)
+        try:
+            ref = backend.put(item, payload)
+        except SpoolItemExists as exc:  # a recv_seq is never reused; a retried put found its own write
+            ref = SpoolRef(exc.name, None, len(payload))
+        self._count(target.subscription, ref.size)
+        if reason != FORWARD_FAILED or self.breaker(target).state().state != "closed":
+            self.mark_backlog(target.subscription)
+        # The item is the durable record of this event: not parked, the drainer writes it if this fails.
+        self.journal.try_record([ev.spooled(item, ref.name, label)])
+        return Spooled("spooled", ref, item)
+
+    def _alert(self, subscription: str, reason: str, **details: Any) -> None:
+        window = self.clock().strftime("%Y-%m-%dT%H:%M")
+        with self._lock:
+            if self._alerted.get((subscription, reason)) == window:
+                return
+            self._alerted[(subscription, reason)] = window
+        log.warning("spool alert", extra={"subscription": subscription, "reason": reason})
+        self._emit(subscription, [ev.alert(subscription, reason, window, **details)])

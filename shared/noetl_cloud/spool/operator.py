@@ -1,0 +1,121 @@
+"""``noetl-cloud spool ls|show|drain|dlq``: what an operator does with a subscription's spool.
+
+The spool is found as the roles find it: ``--backend`` with ``--bucket`` / ``--dir`` when given;
+else the subscription's own ``spool`` block from the control plane (``NOETL_API_URL``) combined
+with ``NOETL_SPOOL_*``; else the deployment's spool (``NOETL_SPOOL_BACKEND`` / ``_BUCKET`` /
+``_DIR``). ``drain`` runs the drainer in this process (leases make that safe beside the role).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from noetl_cloud.errors import BadRequest, ConfigError, Unavailable
+from noetl_cloud.settings import Settings
+from noetl_cloud.spec.subscription import Spool
+from noetl_cloud.spool.backends import SettingsBackends
+from noetl_cloud.spool.events import spool_ref
+from noetl_cloud.spool.item import SpoolRef
+from noetl_cloud.spool.port import SpoolBackend
+
+Print = Callable[[str], None]
+
+
+def open_spool(settings: Settings, subscription: str, backend: str | None, where: str | None) -> SpoolBackend:
+    if backend is not None:
+        if not where:
+            raise BadRequest("--backend needs --bucket (gcs, s3) or --dir (local_disk)", code="usage")
+        field = "spool_dir" if backend == "local_disk" else "spool_bucket"
+        settings = settings.model_copy(update={"spool_backend": backend, field: where})
+        return SettingsBackends(settings).resolve(Spool())[0]
+    backends = SettingsBackends(settings)
+    if settings.spool_backend is None and settings.api_url:
+        from noetl_cloud.spool.bootstrap import CatalogTargets, api_client, downstream_of
+
+        try:
+            target = CatalogTargets(api_client(settings, retries=0), downstream_of(settings)).target(subscription)
+        except Unavailable:  # mid-outage, which is when an operator looks: the deployment's spool
+            target = None
+        if target is not None and target.enabled:
+            return backends.resolve(target.spool)[0]
+    default = backends.default()
+    if default is None:
+        raise ConfigError(
+            "no spool to look in: give --backend and --bucket/--dir, or set NOETL_SPOOL_BACKEND and "
+            "NOETL_SPOOL_BUCKET (or NOETL_SPOOL_DIR), or NOETL_API_URL",
+            code="config_missing",
+        )
+    return default[0]
+
+
+def _rows(spool: SpoolBackend, subscription: str, *, dlq: bool, lane: str | None, limit: int) -> list[dict[str, Any]]:
+    rows = []
+    for ref in spool.list(subscription, lane, limit=limit, dlq=dlq):
+        item, _payload = spool.get(ref)
+        rows.append(
+            {
+                "name": ref.name,
+                "lane": item.lane,
+                "recv_seq": str(item.recv_seq),
+                "message_id": item.message_id,
+                "attempts": item.attempts,
+                "bytes": item.payload_bytes,
+                "spooled_at": item.spooled_at.isoformat(),
+                "reason": item.dlq_reason if dlq else item.reason,
+            }
+        )
+    return rows
+
+
+def ls(
+    spool: SpoolBackend,
+    subscription: str,
+    out: Print,
+    *,
+    dlq: bool = False,
+    lane: str | None = None,
+    limit: int = 100,
+    as_json: bool = False,
+) -> int:
+    """One line per item (receive order within each lane), then the totals."""
+    rows = _rows(spool, subscription, dlq=dlq, lane=lane, limit=limit)
+    count, size = spool.usage(subscription, dlq=dlq)
+    if as_json:
+        out(
+            json.dumps(
+                {"subscription": subscription, "dlq": dlq, "items": count, "bytes": size, "list": rows}, indent=2
+            )
+        )
+        return 0
+    out(f"{'lane':<24} {'recv_seq':>20} {'attempts':>8} {'bytes':>9}  {'reason':<20} message_id")
+    for row in rows:
+        out(
+            f"{row['lane']:<24} {row['recv_seq']:>20} {row['attempts']:>8} {row['bytes']:>9}  "
+            f"{row['reason']!s:<20} {row['message_id']}"
+        )
+    shown = f" (first {len(rows)} shown)" if len(rows) < count else ""
+    out(f"{count} {'dead-lettered' if dlq else 'spooled'} item(s), {size} bytes{shown}")
+    return 0
+
+
+def show(spool: SpoolBackend, name: str, out: Print, *, payload: bool = False) -> int:
+    """The item's record (and, with ``payload``, its payload as text when it is UTF-8)."""
+    item, data = spool.get(SpoolRef(name, None, 0))
+    record: dict[str, Any] = {"ref": spool_ref(name), **item.model_dump(mode="json")}
+    if payload:
+        try:
+            record["payload"] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            record["payload_hex"] = data.hex()
+    out(json.dumps(record, indent=2, ensure_ascii=False))
+    return 0
+
+
+def drain(settings: Settings, subscription: str, out: Print, *, resume: bool = False) -> int:
+    from noetl_cloud.spool.bootstrap import drain_service
+
+    reports = drain_service(settings).run([subscription], resume=resume)
+    out(json.dumps({"results": reports}, indent=2))
+    return 0 if all(r.get("state") in ("drained", "empty") for r in reports) else 1

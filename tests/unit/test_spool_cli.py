@@ -1,0 +1,56 @@
+"""``noetl-cloud spool ls|show|dlq`` on a local_disk spool (the command's own code path, no network)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from noetl_cloud.cli import main
+from noetl_cloud.spool.backends import FixedBackend
+from noetl_cloud.spool.local_disk import LocalDiskSpool
+from tests.unit.spool_support import SUB, world
+
+
+@pytest.fixture
+def spool_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in ("NOETL_API_URL", "NOETL_SPOOL_BACKEND", "NOETL_SPOOL_BUCKET", "NOETL_SPOOL_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    w = world()
+    w.engine.backends = FixedBackend(LocalDiskSpool(tmp_path), "local_disk://test")
+    target = w.target()
+    for n in range(3):
+        w.spool(target, n, key="ab"[n % 2])
+    backend = w.engine.backends.resolve(target.spool)[0]
+    backend.move_to_dlq(backend.list(SUB, "k-b")[0], "max_replay_attempts")
+    return tmp_path
+
+
+def test_ls_lists_the_live_items_in_lane_order_with_totals(spool_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["spool", "ls", SUB, "--backend", "local_disk", "--dir", str(spool_dir), "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert listing["items"] == 2 and [r["message_id"] for r in listing["list"]] == ["m0", "m2"]
+    assert main(["spool", "ls", SUB, "--backend", "local_disk", "--dir", str(spool_dir)]) == 0
+    assert "2 spooled item(s)" in capsys.readouterr().out
+
+
+def test_dlq_lists_dead_letters_with_their_reason_and_show_prints_one_item(
+    spool_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["spool", "dlq", SUB, "--backend", "local_disk", "--dir", str(spool_dir), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["list"]
+    assert (row["message_id"], row["reason"]) == ("m1", "max_replay_attempts")
+    args = ["spool", "show", SUB, row["name"], "--backend", "local_disk", "--dir", str(spool_dir), "--payload"]
+    assert main(args) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["ref"] == "noetl://spool/" + row["name"] and json.loads(shown["payload"]) == {"n": 1, "key": "b"}
+
+
+def test_without_any_spool_location_the_command_names_what_to_set(
+    spool_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["spool", "ls", SUB]) == 2
+    assert "NOETL_SPOOL_BACKEND" in capsys.readouterr().err
+    assert main(["spool", "ls", SUB, "--backend", "gcs"]) == 2
+    assert "usage" in capsys.readouterr().err
