@@ -50,6 +50,8 @@ bench: $(STAMP) prerequisites
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/execute.py
 	$(BIN)/python bench/ingress.py
+	$(BIN)/python bench/distributed.py
+	$(BIN)/python bench/spool.py
 
 clean: down
 	rm -rf $(VENV) local/.state

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from noetl_cloud.errors import BadRequest, NoetlError
 
@@ -117,6 +118,30 @@ def _spool(args: argparse.Namespace) -> int:
     )
 
 
+def _execute(args: argparse.Namespace) -> int:
+    from noetl_cloud import remote
+    from noetl_cloud.engine.local import parse_sets
+
+    overrides = parse_sets(args.set)
+    with remote.api_from_env(os.environ, args.api_url) as api:
+        path = remote.catalog_path(api, args.target)
+        started = remote.start(api, path, overrides, args.pool)
+        eid = started["execution_id"]
+        print(f"execution {eid} started on pool {started['execution_pool']} ({path})", file=sys.stderr)
+        if not args.wait:
+            print(json.dumps(started, indent=2))
+            return 0
+
+        def step(event: dict[str, Any]) -> None:
+            payload = event["payload"]
+            print(f"  {event['event_type']:<12} {payload.get('step')}", file=sys.stderr)
+
+        detail = remote.follow(api, eid, timeout_s=args.timeout, on_step=None if args.quiet else step)
+    keys = ("execution_id", "status", "ctx", "results", "error", "execution_pool")
+    print(json.dumps({k: detail.get(k) for k in keys}, indent=2, default=str))
+    return 0 if detail["status"] == "completed" else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="noetl-cloud", description="NoETL Cloud operator command")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -143,6 +168,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--keychain", metavar="FILE", help="credentials: a YAML/JSON file mapping alias -> entry (never printed)"
     )
     run.set_defaults(handler=_run)
+
+    execute = sub.add_parser(
+        "execute", help="start an execution through the control plane's API (a catalog path or a playbook file)"
+    )
+    execute.add_argument("target", help="a catalog path (demo/fetch), or a playbook file to register first")
+    execute.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="workload override")
+    execute.add_argument("--pool", help="execution pool (default: the deployment's default pool)")
+    execute.add_argument("--wait", action="store_true", help="follow the execution to its end; exit 1 if it failed")
+    execute.add_argument("--timeout", type=float, default=600.0, help="--wait: give up after this many seconds")
+    execute.add_argument("--quiet", action="store_true", help="--wait: do not print each step as it ends")
+    execute.add_argument("--api-url", help="the control plane (default: NOETL_API_URL)")
+    execute.set_defaults(handler=_execute)
 
     spool = sub.add_parser("spool", help="a subscription's store-and-forward spool: list, inspect, drain, dead letters")
     spool.add_argument("action", choices=["ls", "show", "drain", "dlq"])

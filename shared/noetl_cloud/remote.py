@@ -1,0 +1,83 @@
+"""Start an execution through the control plane's API and follow it to its end: ``noetl-cloud execute``.
+
+The target is a catalog path (``demo/fetch``), or a playbook file, which is registered first (registering
+unchanged content is a no-op) and then run by its catalog path. The API is ``NOETL_API_URL`` with the
+bearer ``NOETL_INTERNAL_API_TOKEN`` (what ``noetl-cloud local env`` exports after ``make up``), or a
+Google ID token for ``NOETL_INTERNAL_API_AUDIENCE`` when no token is set.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from noetl_cloud.errors import BadRequest, ConfigError, Unavailable
+from noetl_cloud.web.client import ApiClient, google_id_token_source, static_token
+
+ENDED = ("completed", "failed", "cancelled")
+
+
+def api_from_env(env: Mapping[str, str], url: str | None = None) -> ApiClient:
+    """The API client ``noetl-cloud execute`` uses."""
+    base = url or env.get("NOETL_API_URL")
+    if not base:
+        raise ConfigError(
+            'no control plane: set NOETL_API_URL (after `make up`: eval "$(noetl-cloud local env)") or pass --api-url'
+        )
+    token = env.get("NOETL_INTERNAL_API_TOKEN")
+    source = static_token(token) if token else google_id_token_source(env.get("NOETL_INTERNAL_API_AUDIENCE") or base)
+    return ApiClient(base, token_source=source, timeout_s=30)
+
+
+def catalog_path(api: ApiClient, target: str) -> str:
+    """The catalog path of ``target``: a playbook file is registered first; anything else is a path."""
+    file = Path(target)
+    if not file.is_file():
+        if target.endswith((".yaml", ".yml")):
+            raise BadRequest(f"no playbook file at {target}", code="usage")
+        return target
+    registered = api.post("/api/catalog", json={"content": file.read_text(encoding="utf-8")}).raise_for_error()
+    return str(registered.json["path"])
+
+
+def start(api: ApiClient, path: str, workload: Mapping[str, Any], pool: str | None = None) -> dict[str, Any]:
+    """``POST /api/execute``; the answer (``execution_id``, ``status``, ``execution_pool``)."""
+    body: dict[str, Any] = {"path": path, "workload": dict(workload)}
+    if pool:
+        body["execution_pool"] = pool
+    return api.post("/api/execute", json=body).raise_for_error().json  # type: ignore[no-any-return]
+
+
+def follow(
+    api: ApiClient,
+    execution_id: str,
+    *,
+    timeout_s: float = 600.0,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
+    """Poll the execution until it ends; each new step event goes to ``on_step``. Its final resource."""
+    deadline = clock() + timeout_s
+    seen = 0
+    wait = 0.1
+    while True:
+        if on_step is not None:
+            events = api.get(f"/api/executions/{execution_id}/events").raise_for_error().json["events"]
+            for event in events[seen:]:
+                if event["event_type"] in ("step.done", "step.failed", "loop.done", "step.denied"):
+                    on_step(event)
+            seen = len(events)
+        detail = api.get(f"/api/executions/{execution_id}").raise_for_error().json
+        if detail["status"] in ENDED:
+            return detail  # type: ignore[no-any-return]
+        if clock() >= deadline:
+            raise Unavailable(
+                f"execution {execution_id} is still {detail['status']} after {timeout_s:g} s",
+                code="wait_timeout",
+                details={"execution_id": execution_id},
+            )
+        sleep(wait)
+        wait = min(wait * 1.5, 2.0)
