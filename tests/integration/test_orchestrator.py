@@ -193,3 +193,12 @@ def test_the_reaper_fails_a_command_out_of_attempts_and_routes_step_failed(
     detail = driver.status(eid)
     assert detail["status"] == "failed"
     assert detail["error"]["kind"] == "step_failed" and detail["error"]["error"]["kind"] == "lease_expired"
+
+
+def test_a_child_runs_on_its_parents_pool_unless_the_request_names_one(driver: Driver, client: FlaskClient) -> None:
+    register(client, playbook("domain/handle"))
+    parent = driver.start("domain/handle", execution_pool="iot")
+    child = driver.start("domain/handle", parent_execution_id=parent)
+    named = driver.start("domain/handle", parent_execution_id=parent, execution_pool="shared")
+    pools = [driver.status(eid)["execution_pool"] for eid in (parent, child, named)]
+    assert pools == ["iot", "iot", "shared"]

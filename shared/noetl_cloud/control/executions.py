@@ -135,7 +135,7 @@ class ExecutionService:
                 except NoetlError as exc:
                     entries[key] = exc
         with self.engine.begin() as conn:
-            parents = self._parent_traces(conn, requests)
+            parents = self._parents(conn, requests)
             for index, request in enumerate(requests):
                 try:
                     plans.append(self._plan(index, request, entries, parents))
@@ -168,12 +168,14 @@ class ExecutionService:
         index: int,
         request: ExecuteRequest,
         entries: dict[tuple[str | None, int | None, str | None], CatalogEntry | NoetlError],
-        parents: dict[int, dict[str, str] | None],
+        parents: dict[int, tuple[dict[str, str] | None, str]],
     ) -> _Plan:
         entry = entries[(request.path, request.version, request.catalog_id)]
         if isinstance(entry, NoetlError):
             raise entry
-        pool = request.execution_pool or self.default_pool
+        parent = parents.get(int(request.parent_execution_id)) if request.parent_execution_id else None
+        # A child playbook runs on its parent's pool unless the request names one.
+        pool = request.execution_pool or (parent[1] if parent is not None else self.default_pool)
         if pool not in self.pools:
             raise ValidationFailed(
                 f"execution pool {pool!r} is not configured (pools: {', '.join(self.pools)})", code="unknown_pool"
@@ -194,23 +196,29 @@ class ExecutionService:
         return plan
 
     @staticmethod
-    def _trace(request: ExecuteRequest, parents: dict[int, dict[str, str] | None]) -> dict[str, str] | None:
+    def _trace(request: ExecuteRequest, parents: dict[int, tuple[dict[str, str] | None, str]]) -> dict[str, str] | None:
         if request.trace is not None:
             parsed = TraceContext.parse(request.trace.traceparent, request.trace.tracestate, request.trace.baggage)
             if parsed is not None:
                 return parsed.to_dict()
         if request.parent_execution_id is not None:
-            return parents.get(int(request.parent_execution_id))
+            parent = parents.get(int(request.parent_execution_id))
+            return parent[0] if parent is not None else None
         return None
 
-    def _parent_traces(self, conn: Connection, requests: Sequence[ExecuteRequest]) -> dict[int, dict[str, str] | None]:
-        ids = {int(r.parent_execution_id) for r in requests if r.parent_execution_id and r.trace is None}
+    def _parents(
+        self, conn: Connection, requests: Sequence[ExecuteRequest]
+    ) -> dict[int, tuple[dict[str, str] | None, str]]:
+        """The trace and pool of each parent execution named by ``requests``."""
+        ids = {int(r.parent_execution_id) for r in requests if r.parent_execution_id}
         if not ids:
             return {}
         rows = conn.execute(
-            select(execution.c.execution_id, execution.c.trace).where(execution.c.execution_id.in_(ids))
+            select(execution.c.execution_id, execution.c.trace, execution.c.execution_pool).where(
+                execution.c.execution_id.in_(ids)
+            )
         )
-        return {r.execution_id: r.trace for r in rows}
+        return {r.execution_id: (r.trace, r.execution_pool) for r in rows}
 
     # -- dedup window -------------------------------------------------------------------------
 
