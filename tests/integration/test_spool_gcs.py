@@ -68,6 +68,18 @@ def test_the_object_is_one_blob_whose_generation_is_the_version(
     spool.close()
 
 
+def test_only_dead_letters_carry_the_custom_time_the_bucket_lifecycle_deletes_by(
+    local_env: dict[str, str], raw: storage.Client, bucket: str
+) -> None:
+    spool = GcsSpool(bucket, endpoint=local_env["STORAGE_EMULATOR_HOST"], project_id=PROJECT)
+    sub = new_subscription()
+    live = spool.put(make_item(sub, 1, b"one"), b"one")
+    dead = spool.move_to_dlq(spool.put(make_item(sub, 2, b"two"), b"two"), "max_replay_attempts")
+    assert raw.bucket(bucket).get_blob(live.name).custom_time is None
+    assert raw.bucket(bucket).get_blob(dead.name).custom_time is not None
+    spool.close()
+
+
 def test_construction_connects_to_nothing_and_from_settings_reads_the_settings() -> None:
     spool = GcsSpool("b", endpoint="http://127.0.0.1:1")
     assert spool._client is None

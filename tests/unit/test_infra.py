@@ -261,8 +261,8 @@ def test_every_bucket_has_uniform_access_and_public_access_prevention() -> None:
     for path, name, body in buckets:
         assert body.get("uniform_bucket_level_access") is True, f"{path}: {name}"
         assert body.get("public_access_prevention") == "enforced", f"{path}: {name}"
-        prefixes = [str(rule["condition"][0].get("matches_prefix")) for rule in body.get("lifecycle_rule", [])]
-        assert any("dead_letter_prefix" in p for p in prefixes), f"{path}: {name} has no dead-letter lifecycle"
+        ages = [str(rule["condition"][0].get("days_since_custom_time")) for rule in body.get("lifecycle_rule", [])]
+        assert any("dead_letter_age_days" in a for a in ages), f"{path}: {name} has no dead-letter lifecycle"
 
 
 def test_cloudsql_is_postgres15_with_iam_auth_backups_pitr_and_deletion_protection() -> None:

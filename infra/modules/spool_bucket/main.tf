@@ -15,8 +15,8 @@ resource "google_storage_bucket" "this" {
 
   lifecycle_rule {
     condition {
-      age            = var.lifecycle_policy.dead_letter_age_days
-      matches_prefix = [var.lifecycle_policy.dead_letter_prefix]
+      # Dead letters (<subscription>/dlq/...) are written with customTime; live items carry none.
+      days_since_custom_time = var.lifecycle_policy.dead_letter_age_days
     }
     action {
       type = "Delete"

@@ -30,9 +30,8 @@ variable "storage_class" {
 }
 
 variable "lifecycle_policy" {
-  description = "Retention: spooled items that were dead-lettered (under dead_letter_prefix) are deleted after dead_letter_age_days; every object after delete_after_days when set."
+  description = "Retention: dead-lettered spool items (written with customTime) are deleted dead_letter_age_days after it; every object after delete_after_days when set."
   type = object({
-    dead_letter_prefix   = optional(string, "dead-letter/")
     dead_letter_age_days = optional(number, 30)
     delete_after_days    = optional(number)
   })

@@ -65,6 +65,16 @@ locals {
         NOETL_INGRESS_PRINCIPALS = contains(local.roles, "ingress") ? module.iam.role_emails["ingress"] : ""
       } : {},
       contains(local.api_clients, r) ? { NOETL_API_URL = local.url["execute"] } : {},
+      r == "worker" ? {
+        # The push subscriptions of every pool sign their OIDC tokens as the push identity, for this URL.
+        NOETL_WORKER_PUSH_AUDIENCE        = local.url["worker"]
+        NOETL_WORKER_PUSH_SERVICE_ACCOUNT = module.iam.push_email
+      } : {},
+      contains(["ingress", "spool_drainer", "subscription_runtime"], r) ? {
+        NOETL_SPOOL_BACKEND = "gcs"
+        NOETL_SPOOL_BUCKET  = module.spool_bucket.name
+      } : {},
+      r == "ingress" && contains(local.roles, "spool_drainer") ? { NOETL_SPOOL_DRAINER_URL = local.url["spool_drainer"] } : {},
       var.roles[r].env,
     )
   }
@@ -80,6 +90,16 @@ locals {
         time_zone   = "Etc/UTC"
       }
     },
+    contains(local.roles, "worker") ? {
+      "${var.name_prefix}-command-reaper" = {
+        description = "Re-issue commands whose claim lease expired; fail them after their attempts (execute)."
+        schedule    = var.maintenance_schedules.command_reaper
+        uri         = "${local.url["execute"]}/api/internal/reaper"
+        audience    = local.url["execute"]
+        body        = "{}"
+        time_zone   = "Etc/UTC"
+      }
+    } : {},
     contains(local.roles, "frames") ? {
       "${var.name_prefix}-frame-reaper" = {
         description = "Release expired frame leases (frames)."
@@ -222,7 +242,6 @@ module "spool_bucket" {
   force_destroy = var.buckets.force_destroy
   labels        = var.labels
   lifecycle_policy = {
-    dead_letter_prefix   = "dead-letter/"
     dead_letter_age_days = var.buckets.spool_dead_letter_days
   }
 
@@ -239,7 +258,6 @@ module "payload_bucket" {
   force_destroy = var.buckets.force_destroy
   labels        = var.labels
   lifecycle_policy = {
-    dead_letter_prefix   = "dead-letter/"
     dead_letter_age_days = var.buckets.spool_dead_letter_days
     delete_after_days    = var.buckets.payload_delete_days
   }

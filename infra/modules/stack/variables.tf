@@ -199,11 +199,12 @@ variable "scheduled_subscriptions" {
 }
 
 variable "maintenance_schedules" {
-  description = "Cron schedules of the built-in jobs: outbox sweep (execute), frame lease reaper (frames), spool drainer."
+  description = "Cron schedules of the built-in jobs: outbox sweep and command reaper (execute), frame lease reaper (frames), spool drainer."
   type = object({
-    outbox_sweep = optional(string, "* * * * *")
-    frame_reaper = optional(string, "* * * * *")
-    drainer      = optional(string, "*/5 * * * *")
+    outbox_sweep   = optional(string, "* * * * *")
+    command_reaper = optional(string, "* * * * *")
+    frame_reaper   = optional(string, "* * * * *")
+    drainer        = optional(string, "*/5 * * * *")
   })
   default = {}
 }

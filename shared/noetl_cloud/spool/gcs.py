@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import requests
@@ -34,7 +35,7 @@ from google.cloud.storage.retry import DEFAULT_RETRY  # type: ignore[import-unty
 
 from noetl_cloud.errors import ConfigError, NoetlError, Unavailable
 from noetl_cloud.settings import Settings
-from noetl_cloud.spool.item import SpoolError, SpoolItemExists, SpoolItemNotFound, SpoolRef, SpoolVersionConflict
+from noetl_cloud.spool.item import DLQ, SpoolError, SpoolItemExists, SpoolItemNotFound, SpoolRef, SpoolVersionConflict
 from noetl_cloud.spool.port import ObjectSpool
 
 CONTENT_TYPE: Final = "application/octet-stream"
@@ -119,6 +120,9 @@ class GcsSpool(ObjectSpool):
 
     def _upload(self, name: str, data: bytes, generation: int) -> SpoolRef:
         blob = self._bucket().blob(name)
+        if _dead_lettered(name):
+            # The bucket's lifecycle deletes dead letters by days since customTime; live items carry none.
+            blob.custom_time = datetime.now(UTC)
         blob.upload_from_string(
             data,
             content_type=CONTENT_TYPE,
@@ -200,6 +204,12 @@ class GcsSpool(ObjectSpool):
             except gexc.PreconditionFailed:
                 raise SpoolVersionConflict(ref.name, ref.version) from None
             return True
+
+
+def _dead_lettered(name: str) -> bool:
+    """``<subscription>/dlq/...``: a lane literally named ``dlq`` is encoded, so this is exact."""
+    parts = name.split("/")
+    return len(parts) > 2 and parts[1] == DLQ
 
 
 @contextmanager
