@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from flask import Flask, Response, g, request
 from pydantic import BaseModel, ValidationError
+from werkzeug.routing import IntegerConverter, Map
 
 from noetl_cloud.errors import BadRequest, PayloadTooLarge
 from noetl_cloud.observability import (
@@ -44,8 +45,17 @@ def trace_from_headers(headers: Any) -> TraceContext | None:
     return None
 
 
+class IdConverter(IntegerConverter):
+    """``<int:...>`` in our routes: ids are bigints, so a number past 2**63 - 1 is 404, not a database error."""
+
+    def __init__(self, url_map: Map, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("max", 2**63 - 1)
+        super().__init__(url_map, *args, **kwargs)  # type: ignore[arg-type]
+
+
 def create_app(role: str, settings: Settings) -> Flask:
     app = Flask(f"noetl_cloud.{role}")
+    app.url_map.converters["int"] = IdConverter
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.config["NOETL_SETTINGS"] = settings
     app.json.sort_keys = False  # type: ignore[attr-defined]
