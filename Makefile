@@ -52,6 +52,7 @@ bench: $(STAMP) prerequisites
 	$(BIN)/python bench/ingress.py
 	$(BIN)/python bench/distributed.py
 	$(BIN)/python bench/spool.py
+	$(BIN)/python bench/coldstart.py
 
 clean: down
 	rm -rf $(VENV) local/.state

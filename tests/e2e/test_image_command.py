@@ -73,6 +73,8 @@ def test_each_role_starts_with_the_image_command(role: str, local_env: dict[str,
     env = {**local_env, "NOETL_DATABASE_URL": database_url, "NOETL_INTERNAL_API_TOKEN": TOKEN}
     if role != "execute":
         env["NOETL_API_URL"] = "http://127.0.0.1:9"  # health needs no control plane
+    if role == "worker":
+        env["NOETL_WORKER_PUSH_TOKEN"] = TOKEN  # the worker refuses to start without a way to check pushes
     with image_command(role, env) as url:
         assert http_ok(f"{url}/healthz")
         if role == "execute":
