@@ -142,6 +142,49 @@ def _execute(args: argparse.Namespace) -> int:
     return 0 if detail["status"] == "completed" else 1
 
 
+def _replay(args: argparse.Namespace) -> int:
+    from noetl_cloud import remote
+    from noetl_cloud.replay import operator
+
+    with remote.api_from_env(os.environ, args.api_url) as api:
+        return operator.verify(
+            api,
+            tenant_id=args.tenant_id or os.environ.get("NOETL_TENANT_ID") or "default",
+            organization_id=args.organization_id or os.environ.get("NOETL_ORGANIZATION_ID") or "default",
+            execution_id=args.execution_id,
+            wait_s=args.wait,
+            err=lambda line: print(line, file=sys.stderr),
+        )
+
+
+def _subscribe(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from noetl_cloud.runtime.local import subscribe
+    from noetl_cloud.settings import Settings
+
+    if not args.local:
+        raise BadRequest(
+            "subscribe runs a subscription in this process: pass --local "
+            "(the deployed form is the subscription_runtime role, docs/runtime.md)",
+            code="usage",
+        )
+    settings = Settings.from_env(os.environ)
+    summary = subscribe(
+        Path(args.subscription),
+        events_file=Path(args.events),
+        playbooks=Path(args.playbooks) if args.playbooks else None,
+        spool_dir=Path(args.spool_dir) if args.spool_dir else None,
+        max_messages=args.max_messages,
+        duration_s=args.duration,
+        project_id=settings.project_id or os.environ.get("GOOGLE_CLOUD_PROJECT"),
+        emulator_host=settings.pubsub_emulator_host,
+        nats_url=settings.nats_url,
+    )
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="noetl-cloud", description="NoETL Cloud operator command")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -194,6 +237,27 @@ def build_parser() -> argparse.ArgumentParser:
     spool.add_argument("--bucket", help="with --backend gcs or s3")
     spool.add_argument("--dir", help="with --backend local_disk")
     spool.set_defaults(handler=_spool)
+
+    replay = sub.add_parser("replay", help="replay parity: compare live projections with a fresh fold of the events")
+    replay.add_argument("action", choices=["verify"])
+    replay.add_argument("--execution-id", required=True, help="the execution to verify")
+    replay.add_argument("--tenant-id", help="default: NOETL_TENANT_ID, else 'default'")
+    replay.add_argument("--organization-id", help="default: NOETL_ORGANIZATION_ID, else 'default'")
+    replay.add_argument("--wait", type=float, default=0.0, help="give a lagging projector this many seconds first")
+    replay.add_argument("--api-url", help="the control plane (default: NOETL_API_URL)")
+    replay.set_defaults(handler=_replay)
+
+    subscribe = sub.add_parser(
+        "subscribe", help="hold a pull subscription in this process; each message runs its playbook in-process"
+    )
+    subscribe.add_argument("subscription", help="the kind: Subscription YAML file")
+    subscribe.add_argument("--local", action="store_true", help="run the playbooks in this process (required)")
+    subscribe.add_argument("--playbooks", help="folder of the playbook files (default: the subscription's folder)")
+    subscribe.add_argument("--events", default="subscribe-events.jsonl", help="JSONL file of every event (appended)")
+    subscribe.add_argument("--spool-dir", help="local_disk spool folder (default: spool.path, else .noetl-spool)")
+    subscribe.add_argument("--max-messages", type=int, help="stop after this many messages ran")
+    subscribe.add_argument("--duration", type=float, help="stop after this many seconds")
+    subscribe.set_defaults(handler=_subscribe)
     return parser
 
 

@@ -112,6 +112,31 @@ class Settings(BaseModel):
     spool_drain_budget_s: Annotated[float, Field(gt=0, le=3600)] = 240.0
     spool_drainer_url: str | None = None
 
+    # The subscription runtime (docs/runtime.md): which subscription it holds, how often it reads
+    # the subscription's state, how it groups dispatches, how long SIGTERM may take.
+    subscription_path: str | None = Field(default=None, min_length=1, max_length=512)
+    runtime_poll_s: Annotated[float, Field(gt=0, le=300)] = 2.0
+    runtime_linger_ms: Annotated[float, Field(ge=0, le=5000)] = 20.0
+    runtime_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
+    runtime_shutdown_s: Annotated[float, Field(gt=0, le=600)] = 8.0
+    runtime_lease_ttl_s: Annotated[float, Field(ge=1, le=3600)] = 15.0
+    nats_url: str | None = None
+
+    # The projector role and replay (docs/replay.md): how its push endpoint is authenticated (as the
+    # worker's), and every how many events of an execution it writes a replay-state snapshot.
+    projector_push_audience: str | None = None
+    projector_push_service_account: str | None = None
+    projector_push_token: SecretStr | None = None
+    replay_snapshot_every: Annotated[int, Field(ge=0, le=1_000_000)] = 1000
+
+    # Frames (docs/frames.md): where workers reach the frames role, the payload store frame rows are
+    # written to as Arrow IPC, and how many expired leases one reaper run releases.
+    frames_url: str | None = None
+    payload_backend: Literal["gcs", "s3", "filesystem"] | None = None
+    payload_bucket: str | None = Field(default=None, min_length=1, max_length=222)
+    payload_dir: str | None = None
+    frame_reaper_limit: Annotated[int, Field(ge=1, le=100_000)] = 1000
+
     @field_validator("pools", "internal_api_callers", "ingress_principals", mode="before")
     @classmethod
     def _split_list(cls, value: Any) -> Any:

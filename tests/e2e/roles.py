@@ -47,3 +47,23 @@ def role(name: str, env: dict[str, str], *, workers: int = 2, threads: int = 4) 
     finally:
         stop_group(proc.pid)
         proc.wait()
+
+
+def start_runtime(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    """Start the subscription runtime the way its container does (``python main.py``, health on
+    ``$PORT``) and wait until it answers its health check."""
+    import sys
+
+    logs = os.environ.get("NOETL_TEST_LOG_DIR")
+    sink = open(Path(logs) / f"subscription_runtime-{port}.log", "ab") if logs else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "functions" / "subscription_runtime" / "main.py")],
+        env={**os.environ, **env, "NOETL_ROLE": "subscription_runtime", "PORT": str(port)},
+        stdout=sink,
+        stderr=sink,
+        start_new_session=True,
+    )
+    if not wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), timeout=30):
+        stop_group(proc.pid)
+        raise RuntimeError(f"the subscription runtime did not answer on port {port}")
+    return proc

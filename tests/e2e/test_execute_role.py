@@ -37,7 +37,7 @@ def test_execute_role_serves_catalog_executions_and_subscriptions_over_http(role
         ).raise_for_error()
         assert batch.json["started"] == 25
         detail = api.get(f"/api/executions/{single.json['execution_id']}").raise_for_error()
-        assert detail.json["event_count"] == 2
+        assert detail.json["event_count"] == 3  # playbook.started, step.started, command.issued
         missing = api.post("/api/execute", json={"path": "domain/none"})
         assert missing.status == 404 and missing.json["error"]["code"] == "playbook_not_found"
     assert json.loads(topics.pull("shared", 1)[0].data)["execution_id"] == single.json["execution_id"]

@@ -75,6 +75,8 @@ def test_each_role_starts_with_the_image_command(role: str, local_env: dict[str,
         env["NOETL_API_URL"] = "http://127.0.0.1:9"  # health needs no control plane
     if role == "worker":
         env["NOETL_WORKER_PUSH_TOKEN"] = TOKEN  # the worker refuses to start without a way to check pushes
+    if role == "projector":
+        env["NOETL_PROJECTOR_PUSH_TOKEN"] = TOKEN  # so does the projector
     with image_command(role, env) as url:
         assert http_ok(f"{url}/healthz")
         if role == "execute":

@@ -15,9 +15,12 @@ from pathlib import Path
 import pytest
 
 from noetl_cloud.local.process import cmdline, port_open
+from noetl_cloud.local.stack import ROLE_PORTS
 
 PORT_BASE = "16430"
-COMPONENTS = ["postgres", "pubsub", "firestore", "gcs", "s3", "execute", "ingress", "worker", "spool_drainer"]
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = [r for r in ROLE_PORTS if (ROOT / "functions" / r / "main.py").exists()]
+COMPONENTS = ["postgres", "pubsub", "firestore", "gcs", "s3", *ROLES]
 
 
 def cli(state: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -40,6 +43,7 @@ def state(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_up_status_second_up_and_down(state: Path) -> None:
+    assert {"execute", "ingress", "worker", "spool_drainer"} <= set(ROLES)
     first = cli(state, "up", "--roles", "all")
     for name in COMPONENTS:
         assert f"{name:<10} started in" in first.stdout, first.stdout
@@ -60,6 +64,22 @@ def test_up_status_second_up_and_down(state: Path) -> None:
     assert f"PUBSUB_EMULATOR_HOST='127.0.0.1:{int(PORT_BASE) + 5}'" in env
     assert f"@127.0.0.1:{int(PORT_BASE) + 2}/noetl'" in env
     assert f"NOETL_API_URL='http://127.0.0.1:{int(PORT_BASE) + 10}'" in env and "NOETL_INTERNAL_API_TOKEN=" in env
+
+    # The roles really run a playbook: execute -> emulator push -> worker -> report, followed by the CLI.
+    exported = dict(
+        line.removeprefix("export ").split("=", 1) for line in env.splitlines() if line.startswith("export ")
+    )
+    run_env = {**os.environ, **{k: v.strip("'") for k, v in exported.items()}}
+    playbook = Path(__file__).resolve().parents[1] / "data" / "playbooks" / "loop_sequential.yaml"
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("noetl-cloud")), "execute", str(playbook), "--wait", "--quiet"],
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["results"]["summary"] == "0:a:1:A,1:b:1:B,2:c:1:C"
 
     cli(state, "down")
     assert not any(port_open(port) for port in ports)

@@ -94,7 +94,7 @@ def test_emulator_push_makes_one_execution_per_message_even_after_a_nack(
                 publisher.publish(topic, f'{{"reading": {n}}}'.encode(), device=f"d{n % 3}").result(timeout=30)
                 for n in range(100)
             ]
-            assert eventually(lambda: len(executions(database_url)) >= 100)
+            assert eventually(lambda: len(executions(database_url)) >= 100, timeout=240)
             assert sorted(executions(database_url)) == sorted(ids)
 
             # The control plane goes down: the next delivery is answered 503 (a nack) and redelivered.

@@ -75,6 +75,7 @@ locals {
         NOETL_SPOOL_BUCKET  = module.spool_bucket.name
       } : {},
       r == "ingress" && contains(local.roles, "spool_drainer") ? { NOETL_SPOOL_DRAINER_URL = local.url["spool_drainer"] } : {},
+      r == "worker" && contains(local.roles, "frames") ? { NOETL_FRAMES_URL = local.url["frames"] } : {},
       var.roles[r].env,
     )
   }

@@ -6,11 +6,13 @@ typed exceptions, turned into the JSON error model by the app factory.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from flask import Flask, Response, g, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.exc import DBAPIError
 
 from noetl_cloud.auth.internal import InternalAuth, install
 from noetl_cloud.control import spool_events
@@ -19,8 +21,12 @@ from noetl_cloud.control.models import BatchRequest, ExecuteRequest
 from noetl_cloud.control.orchestrator import WorkerRef, WorkerReport
 from noetl_cloud.errors import BadRequest, Forbidden
 from noetl_cloud.observability import configure_logging
+from noetl_cloud.replay import api as replay_api
 from noetl_cloud.settings import Settings
 from noetl_cloud.web import create_app, json_body
+from noetl_cloud.web.errors import error_response
+
+log = logging.getLogger(__name__)
 
 
 class RegisterSubscription(BaseModel):
@@ -73,6 +79,15 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     settings = plane.settings
     app = create_app("execute", settings)
     install(app, auth)
+
+    @app.errorhandler(DBAPIError)
+    def _database_error(exc: DBAPIError) -> tuple[Response, int]:
+        # SQLSTATE class 22 (data exception: a NUL character, a number out of range) is a value from the
+        # caller that PostgreSQL refuses: a 400, and neither the value nor the statement is echoed.
+        if _sqlstate(exc).startswith("22"):
+            return error_response(400, "invalid_value", "a value in the request cannot be stored (NUL or out of range)")
+        log.error("database error", exc_info=exc)
+        return error_response(500, "internal_error", "internal error")
 
     # -- catalog --------------------------------------------------------------------------------
 
@@ -199,7 +214,14 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         return {**published, "dedup_reclaimed": plane.executions.reclaim_dedup()}
 
     app.register_blueprint(spool_events.blueprint(lambda: spool_events.SpoolEventService(plane.store, plane.events)))
+    app.register_blueprint(replay_api.blueprint(lambda: plane.replay))
     return app
+
+
+def _sqlstate(exc: DBAPIError) -> str:
+    """The SQLSTATE pg8000 reports (its errors carry the server's fields as a dict), or ``""``."""
+    fields = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
+    return str(fields.get("C", "")) if isinstance(fields, dict) else ""
 
 
 def app_from_env(env: Mapping[str, str]) -> Flask:

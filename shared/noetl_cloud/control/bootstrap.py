@@ -20,6 +20,7 @@ from noetl_cloud.eventlog.postgres import PostgresEventStore
 from noetl_cloud.eventlog.relay import OutboxRelay
 from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.messaging.port import Publisher
+from noetl_cloud.replay.service import ReplayService
 from noetl_cloud.secrets.port import SecretResolver
 from noetl_cloud.settings import Settings
 
@@ -128,3 +129,9 @@ class ControlPlane:
     @cached_property
     def listeners(self) -> ListenerService:
         return ListenerService(self.catalog, self.subscriptions, self.secrets, self.store, self.events)
+
+    @cached_property
+    def replay(self) -> ReplayService:
+        from noetl_cloud.replay.upcasters import default_registry
+
+        return ReplayService(self.engine, default_registry())

@@ -141,8 +141,9 @@ class ExecutionService:
                     plans.append(self._plan(index, request, entries, parents))
                 except NoetlError as exc:
                     results[index] = _error(index, exc)
-            plans = self._claim_dedup(conn, plans, results)
-            rows = self._write(conn, plans) if plans else []
+            rows: list[OutboxRow] = []  # published after the commit: events, then command notifications
+            plans = self._claim_dedup(conn, plans, results, rows)
+            rows += self._write(conn, plans) if plans else []
         for plan in plans:
             results[plan.index] = ItemResult(
                 index=plan.index, status="started", execution_id=str(plan.execution_id), execution_pool=plan.pool
@@ -222,7 +223,9 @@ class ExecutionService:
 
     # -- dedup window -------------------------------------------------------------------------
 
-    def _claim_dedup(self, conn: Connection, plans: list[_Plan], results: list[ItemResult | None]) -> list[_Plan]:
+    def _claim_dedup(
+        self, conn: Connection, plans: list[_Plan], results: list[ItemResult | None], outbox: list[OutboxRow]
+    ) -> list[_Plan]:
         """Claim each dedup key in this transaction; a key held within its window is a duplicate."""
         keep: list[_Plan] = []
         seen: dict[tuple[str, str], _Plan] = {}
@@ -234,7 +237,7 @@ class ExecutionService:
             assert plan.request.dedup is not None
             key = (plan.dedup_scope, plan.request.dedup.key)
             if key in seen:  # the same key twice in one batch: the second is a duplicate of the first
-                results[plan.index] = self._duplicate(conn, plan, seen[key].execution_id, seen[key].pool)
+                results[plan.index] = self._duplicate(conn, plan, seen[key].execution_id, seen[key].pool, outbox)
                 continue
             claimed = conn.execute(
                 text(
@@ -264,15 +267,19 @@ class ExecutionService:
                 ),
                 {"scope": key[0], "key": key[1]},
             ).one()
-            results[plan.index] = self._duplicate(conn, plan, original.execution_id, original.execution_pool)
+            results[plan.index] = self._duplicate(conn, plan, original.execution_id, original.execution_pool, outbox)
         return keep
 
-    def _duplicate(self, conn: Connection, plan: _Plan, original: int, pool: str | None) -> ItemResult:
+    def _duplicate(
+        self, conn: Connection, plan: _Plan, original: int, pool: str | None, outbox: list[OutboxRow]
+    ) -> ItemResult:
         """The answer to a duplicate within the window, after recording it as an event."""
-        self._dedup_event(conn, plan, original, pool)
+        self._dedup_event(conn, plan, original, pool, outbox)
         return ItemResult(index=plan.index, status="duplicate", execution_id=str(original), execution_pool=pool)
 
-    def _dedup_event(self, conn: Connection, plan: _Plan, original: int, pool: str | None) -> None:
+    def _dedup_event(
+        self, conn: Connection, plan: _Plan, original: int, pool: str | None, outbox: list[OutboxRow]
+    ) -> None:
         request = plan.request
         assert request.dedup is not None
         stream = f"subscription/{request.parent_execution_id or '-'}/dedup"
@@ -296,6 +303,7 @@ class ExecutionService:
                     meta={"trace": plan.trace} if plan.trace else {},
                 )
             ],
+            outbox=outbox,
         )
 
     # -- the writes ---------------------------------------------------------------------------
@@ -366,8 +374,9 @@ class ExecutionService:
                 }
             )
         insert_rows(conn, execution, execution_rows)
-        self.store.append_new_streams_in(conn, [(turn.stream, turn.events) for turn in turns])
-        return self.orchestrator.write_rows(conn, turns)
+        event_rows: list[OutboxRow] = []
+        self.store.append_new_streams_in(conn, [(turn.stream, turn.events) for turn in turns], outbox=event_rows)
+        return event_rows + self.orchestrator.write_rows(conn, turns)
 
     def reclaim_dedup(self, limit: int = 10_000) -> int:
         """Delete dedup keys whose window has passed (a late duplicate then starts a new execution)."""
@@ -425,6 +434,7 @@ class ExecutionService:
 
     def cancel(self, execution_id: int, reason: str | None = None) -> dict[str, Any]:
         tenant, org = self.tenant
+        rows: list[OutboxRow] = []
         with self.engine.begin() as conn:
             row = conn.execute(
                 select(execution.c.status)
@@ -465,5 +475,7 @@ class ExecutionService:
                         idempotency_key=f"{tenant}/{org}/{execution_id}/execution.cancelled",
                     )
                 ],
+                outbox=rows,
             )
+        self.relay.publish_rows(rows)
         return {"execution_id": str(execution_id), "status": "cancelled", "changed": True}

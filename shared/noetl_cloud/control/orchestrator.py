@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection, Engine, text
 
 from noetl_cloud.db.bulk import insert_rows
-from noetl_cloud.db.schema import command, loop_run, outbox
+from noetl_cloud.db.schema import command, loop_run, outbox, stage
 from noetl_cloud.engine.model import StepPlan, compile_playbook
 from noetl_cloud.engine.routing import SUCCESS_EVENTS, admit, collection, route, template_error
 from noetl_cloud.engine.templates import Renderer, TemplateFailure, build_scope
@@ -37,6 +37,7 @@ from noetl_cloud.envelope import EventEnvelope, EventFactory
 from noetl_cloud.errors import Conflict, NoetlError, NotFound, ValidationFailed
 from noetl_cloud.eventlog.postgres import PostgresEventStore
 from noetl_cloud.eventlog.relay import OutboxRelay, OutboxRow
+from noetl_cloud.frames.stages import open_cursor_stage
 from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.spec import PlaybookDoc, parse_document
 
@@ -134,6 +135,7 @@ class Turn:
         self.commands: list[dict[str, Any]] = []
         self.notes: list[dict[str, Any]] = []
         self.new_loops: dict[str, dict[str, Any]] = {}
+        self.new_stages: list[dict[str, Any]] = []  # stages of cursor loops (docs/frames.md)
         self.changed_loops: dict[str, dict[str, Any]] = {}
         self.queue: deque[tuple[str, dict[str, Any]]] = deque()
         self.failure: dict[str, Any] | None = None
@@ -201,20 +203,23 @@ class Turn:
             self.issue(step, args, step_run_id, "step")
             return
         try:
-            items = collection(renderer, plan, scope)
+            if plan.loop.mode == "cursor":  # its slots claim frames of a stage (docs/frames.md)
+                items = open_cursor_stage(self, plan, step_run_id)
+            else:
+                items = collection(renderer, plan, scope)
         except TemplateFailure as exc:
             self.finish_step(plan, args, step_run_id, "step.failed", None, template_error(exc))
             return
         if not items:
             self.finish_step(plan, args, step_run_id, "loop.done", [], None)
             return
-        parallel = plan.loop.mode == "parallel"
+        parallel = plan.loop.mode in ("parallel", "cursor")
         loop = {
             "step_run_id": int(step_run_id),
             "execution_id": int(s.execution_id),
             "step": step,
             "args": args,
-            "mode": plan.loop.mode,
+            "mode": "parallel" if parallel else "sequential",
             "max_in_flight": (plan.loop.max_in_flight or len(items)) if parallel else 1,
             "items": items,
             "next_index": 0,
@@ -525,8 +530,9 @@ class Orchestrator:
                 ),
                 {"id": int(s.execution_id)},
             )
+        event_rows: list[OutboxRow] = []
         if turn.events:
-            self.store.append_in(conn, turn.stream, turn.events)
+            self.store.append_in(conn, turn.stream, turn.events, outbox=event_rows)
         for loop in turn.changed_loops.values():
             conn.execute(
                 text(
@@ -544,13 +550,16 @@ class Orchestrator:
                     "id": loop["step_run_id"],
                 },
             )
-        return self.write_rows(conn, [turn])
+        return event_rows + self.write_rows(conn, [turn])
 
     def write_rows(self, conn: Connection, turns: Sequence[Turn]) -> list[OutboxRow]:
         """Insert the new loop runs, commands and notification outbox rows of ``turns`` in bulk."""
         loops = [loop for turn in turns for loop in turn.new_loops.values()]
         commands = [row for turn in turns for row in turn.commands]
         notes = [row for turn in turns for row in turn.notes]
+        stages = [row for turn in turns for row in turn.new_stages]
+        if stages:
+            insert_rows(conn, stage, stages)
         if loops:
             insert_rows(conn, loop_run, loops)
         if commands:
@@ -578,6 +587,7 @@ class Orchestrator:
     def claim(self, command_id: int, worker_id: str) -> dict[str, Any]:
         """``issued → claimed`` for the first caller; the command document with its scope."""
         tenant, org = self.tenant
+        rows: list[OutboxRow] = []
         with self.engine.begin() as conn:
             row = conn.execute(
                 text(
@@ -592,12 +602,13 @@ class Orchestrator:
             ).first()
             refusal = self._refusal(conn, command_id) if row is None else None
             if refusal is None:
-                document = self._claimed(conn, command_id, worker_id)
+                document = self._claimed(conn, command_id, worker_id, rows)
         if refusal is not None:
             raise refusal  # after the commit: a command of an ended execution stays cancelled
+        self.relay.publish_rows(rows)
         return document
 
-    def _claimed(self, conn: Connection, command_id: int, worker_id: str) -> dict[str, Any]:
+    def _claimed(self, conn: Connection, command_id: int, worker_id: str, outbox: list[OutboxRow]) -> dict[str, Any]:
         """The document of a command just claimed, after its ``command.claimed`` event."""
         tenant, org = self.tenant
         document = self._document(conn, command_id)
@@ -617,6 +628,7 @@ class Orchestrator:
                     f"{document['attempt']}/claimed",
                 )
             ],
+            outbox=outbox,
         )
         return document
 

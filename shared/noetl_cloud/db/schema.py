@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -257,4 +258,154 @@ subscription_dedup = Table(
     Column("seen_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Index(None, "expires_at"),
+)
+
+# Live projections (spec §7.4), one row per (execution, surface): the surface's rows as folded by the
+# projector, the number of events folded (``version``: upserts only ever raise it) and the tracking
+# position (the store position of the last event folded). ``payload_refs`` keeps the lineage.
+projection = Table(
+    "projection",
+    metadata,
+    Column("tenant_id", Text, primary_key=True),
+    Column("organization_id", Text, primary_key=True),
+    Column("execution_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("projection_type", Text, primary_key=True),
+    Column("version", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("last_event_id", BigInteger, nullable=True),
+    Column("state", JSONB, nullable=False),
+    Column("checksum", Text, nullable=False),
+    Column("upcaster_registry_digest", Text, nullable=False),
+    Column("reducer_version", Integer, nullable=False),
+    Column("event_time_watermark", DateTime(timezone=True), nullable=True),
+    Column("lag_ms", BigInteger, nullable=True),
+    Column("projected_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint(
+        "projection_type IN ('execution', 'stages', 'frames', 'commands', 'loops', 'business_objects', 'payload_refs')",
+        name="type_known",
+    ),
+    CheckConstraint("version >= 0", name="version_not_negative"),
+    Index(None, "projected_at"),
+)
+
+# Replay-state snapshots (spec §3.2): the whole state of an execution at ``position``, with what it
+# was folded with. Replay seeds only from a snapshot of its own registry digest and reducer version.
+projection_snapshot = Table(
+    "projection_snapshot",
+    metadata,
+    Column("snapshot_id", BigInteger, Identity(always=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("organization_id", Text, nullable=False),
+    Column("execution_id", BigInteger, nullable=False),
+    Column("aggregate_type", Text, nullable=False, server_default=text("'replay_state'")),
+    Column("aggregate_id", Text, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("event_count", BigInteger, nullable=False),
+    Column("last_event_id", BigInteger, nullable=True),
+    Column("upcaster_registry_digest", Text, nullable=False),
+    Column("reducer_version", Integer, nullable=False),
+    Column("checksum", Text, nullable=False),
+    Column("state", JSONB, nullable=False),
+    _now(),
+    UniqueConstraint(
+        "tenant_id",
+        "organization_id",
+        "execution_id",
+        "upcaster_registry_digest",
+        "reducer_version",
+        "position",
+        name="uq_projection_snapshot_position",
+    ),
+)
+
+# Replay reads one tenant's execution in store order.
+Index(
+    "ix_event_tenant_id_organization_id_execution_id_position",
+    event.c.tenant_id,
+    event.c.organization_id,
+    event.c.execution_id,
+    event.c.position,
+)
+
+# Stages and frames (distributed-runtime spec §5.1, docs/frames.md): a stage is one loop step run whose
+# work is cut into frames; a frame is a worker-claimable window of that work with a lease. Frames are
+# minted lazily at the stage's next boundary (``next_frame_index``) until the cursor is exhausted or
+# ``frame_limit`` is reached; ``(stage_id, frame_index)`` is the mint's idempotency boundary.
+stage = Table(
+    "stage",
+    metadata,
+    Column("stage_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("execution_id", BigInteger, ForeignKey("execution.execution_id"), nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("organization_id", Text, nullable=False),
+    Column("parent_event_id", BigInteger, nullable=True),
+    Column("parent_stage_id", BigInteger, ForeignKey("stage.stage_id"), nullable=True),
+    Column("loop_event_id", Text, nullable=True),
+    Column("opened_event_id", BigInteger, nullable=True),
+    Column("closed_event_id", BigInteger, nullable=True),
+    Column("kind", Text, nullable=False),
+    Column("step_name", Text, nullable=False),
+    Column("dsl_ref", Text, nullable=False),
+    Column("step_run_id", BigInteger, nullable=True),
+    Column("status", Text, nullable=False, server_default=text("'OPEN'")),
+    Column("frame_policy", JSONB, nullable=False),
+    Column("frame_limit", Integer, nullable=True),
+    Column("next_frame_index", Integer, nullable=False, server_default=text("0")),
+    Column("exhausted", Boolean, nullable=False, server_default=text("false")),
+    Column("frames_failed", Integer, nullable=False, server_default=text("0")),
+    Column("error", JSONB, nullable=True),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+    CheckConstraint("kind IN ('loop', 'fanout', 'reduce')", name="kind_known"),
+    CheckConstraint("status IN ('OPEN', 'COMPLETED', 'FAILED', 'CANCELLED')", name="status_known"),
+    Index(
+        "ix_stage_execution_step_loop",
+        "execution_id",
+        "step_name",
+        "loop_event_id",
+        unique=True,
+        postgresql_where=text("loop_event_id IS NOT NULL"),
+    ),
+    Index("ix_stage_open", "tenant_id", "organization_id", postgresql_where=text("status = 'OPEN'")),
+)
+
+frame = Table(
+    "frame",
+    metadata,
+    Column("frame_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("stage_id", BigInteger, ForeignKey("stage.stage_id"), nullable=False),
+    Column("execution_id", BigInteger, ForeignKey("execution.execution_id"), nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("organization_id", Text, nullable=False),
+    Column("parent_frame_id", BigInteger, ForeignKey("frame.frame_id"), nullable=True),
+    Column("frame_index", Integer, nullable=False),
+    Column("command_id", BigInteger, nullable=True),
+    Column("claimed_event_id", BigInteger, nullable=True),
+    Column("terminal_event_id", BigInteger, nullable=True),
+    Column("cursor", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("row_count", Integer, nullable=False, server_default=text("0")),
+    Column("status", Text, nullable=False, server_default=text("'PENDING'")),
+    Column("owner_worker", Text, nullable=True),
+    Column("lease_until", DateTime(timezone=True), nullable=True),
+    Column("output_ref", JSONB, nullable=True),
+    Column("events_emitted", Integer, nullable=False, server_default=text("0")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("heartbeats", Integer, nullable=False, server_default=text("0")),
+    Column("error", JSONB, nullable=True),
+    _now(),
+    Column("completed_at", DateTime(timezone=True), nullable=True),
+    UniqueConstraint("stage_id", "frame_index"),
+    CheckConstraint("status IN ('PENDING', 'CLAIMED', 'RUNNING', 'COMMITTED', 'FAILED')", name="status_known"),
+    # Only claimable rows are in it: a committed frame leaves the index, so claims do not wade
+    # through dead entries as a stage's frames pile up.
+    Index(
+        "ix_frame_claimable",
+        "stage_id",
+        "status",
+        "lease_until",
+        postgresql_where=text("status IN ('PENDING', 'CLAIMED', 'RUNNING')"),
+    ),
+    Index("ix_frame_leased", "lease_until", postgresql_where=text("status IN ('CLAIMED', 'RUNNING')")),
+    Index("ix_frame_command_id", "command_id", postgresql_where=text("command_id IS NOT NULL")),
+    Index(None, "execution_id"),
 )

@@ -7,7 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from noetl_cloud.errors import ValidationFailed
+from noetl_cloud.frames.policy import FramePolicy
 from noetl_cloud.spec.playbook import PlaybookDoc, Step
 
 Directive = Literal["continue", "retry", "jump", "break", "fail"]
@@ -49,12 +52,15 @@ class Task:
 
 @dataclass(frozen=True)
 class Loop:
-    """``step.loop`` (§7)."""
+    """``step.loop`` (§7). A ``cursor`` loop (docs/frames.md) has no ``items``: its ``cursor`` driver claims
+    rows frame by frame, under ``frame`` (the :class:`~noetl_cloud.frames.policy.FramePolicy`)."""
 
     items: Any
     iterator: str
-    mode: Literal["sequential", "parallel"] = "sequential"
+    mode: Literal["sequential", "parallel", "cursor"] = "sequential"
     max_in_flight: int | None = None
+    cursor: dict[str, Any] | None = None
+    frame: FramePolicy | None = None
 
 
 @dataclass(frozen=True)
@@ -179,15 +185,43 @@ def _loop(step: Step) -> Loop | None:
         return None
     field = f"{step.step}.loop"
     spec = _mapping(step.loop.get("spec"), f"{field}.spec")
+    if spec.get("mode") == "cursor":
+        return _cursor_loop(step, spec, spec.get("max_in_flight"))
     if "in" not in step.loop or not isinstance(step.loop.get("iterator"), str):
         raise _invalid(field, "a loop needs `in` (a collection) and `iterator` (a name)")
     mode = spec.get("mode", "sequential")
-    if mode not in ("sequential", "parallel"):
-        raise _invalid(f"{field}.spec.mode", "must be sequential or parallel")
+    if mode not in ("sequential", "parallel", "cursor"):
+        raise _invalid(f"{field}.spec.mode", "must be sequential or parallel (or cursor, docs/frames.md)")
     limit = spec.get("max_in_flight")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise _invalid(f"{field}.spec.max_in_flight", "must be a positive integer")
     return Loop(items=step.loop["in"], iterator=step.loop["iterator"], mode=mode, max_in_flight=limit)
+
+
+def _cursor_loop(step: Step, spec: dict[str, Any], limit: Any) -> Loop:
+    """``mode: cursor``: a ``cursor`` driver (``kind: postgres`` with its ``claim`` SQL) and ``spec.frame``."""
+    assert step.loop is not None
+    field = f"{step.step}.loop"
+    iterator = step.loop.get("iterator")
+    if not isinstance(iterator, str) or not iterator:
+        raise _invalid(field, "a cursor loop needs `iterator` (a name)")
+    cursor = _mapping(step.loop.get("cursor"), f"{field}.cursor")
+    if cursor.get("kind") != "postgres":
+        raise _invalid(f"{field}.cursor.kind", "the cursor driver must be postgres")
+    if not isinstance(cursor.get("claim"), str) or not cursor["claim"].strip():
+        raise _invalid(f"{field}.cursor.claim", "the cursor needs the SQL that claims its next rows")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise _invalid(f"{field}.spec.max_in_flight", "must be a positive integer")
+    raw = _mapping(spec.get("frame", spec.get("frame_policy")), f"{field}.spec.frame")
+    try:
+        frame = FramePolicy.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise _invalid(f"{field}.spec.frame{'.' + where if where else ''}", first["msg"]) from None
+    return Loop(
+        items=None, iterator=iterator, mode="cursor", max_in_flight=limit or 1, cursor=dict(cursor), frame=frame
+    )
 
 
 def _admit(step: Step) -> tuple[AdmitRule, ...]:

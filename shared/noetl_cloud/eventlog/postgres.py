@@ -5,6 +5,11 @@ version updates no row, which is a typed conflict, not an aborted transaction), 
 sealed events, insert their outbox rows. :meth:`PostgresEventStore.append_in` runs the same
 statements on a connection the caller holds, so a service can write its own rows (an
 execution, a command) in the very transaction that writes their events.
+
+The outbox rows an append writes are handed back through ``outbox=`` (a list the writer passes):
+after its commit the writer gives them to :meth:`~noetl_cloud.eventlog.relay.OutboxRelay.publish_rows`,
+so an event reaches ``noetl-events`` only once it is durable; a writer that crashes or fails to
+publish leaves them ``pending`` for the sweep.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from noetl_cloud.eventlog.port import (
     StreamVersionConflict,
     check_batch,
 )
+from noetl_cloud.eventlog.relay import OutboxRow
 
 _BUMP_ANY = text(
     "INSERT INTO stream (stream_id, version) VALUES (:stream_id, :n) "
@@ -42,6 +48,7 @@ _BUMP_EXPECTED = text(
     "WHERE stream_id = :stream_id AND version = :expected RETURNING version"
 )
 _VERSION = text("SELECT version FROM stream WHERE stream_id = :stream_id")
+_RETURNING_OUTBOX = "RETURNING outbox_id, topic, data, attributes, ordering_key"
 
 
 def _row(envelope: EventEnvelope) -> dict[str, Any]:
@@ -117,8 +124,14 @@ class PostgresEventStore:
         stream_id: str,
         events: Sequence[EventEnvelope],
         expected_version: int | None = None,
+        *,
+        outbox: list[OutboxRow] | None = None,
     ) -> list[EventEnvelope]:
-        """Append inside the caller's transaction; an error leaves it to be rolled back."""
+        """Append inside the caller's transaction; an error leaves it to be rolled back.
+
+        ``outbox``: a list the outbox rows written are appended to, for the writer to publish after
+        its commit (never before: the rows do not exist for anyone else until then).
+        """
         check_batch(stream_id, events)
         n = len(events)
         params = {"stream_id": stream_id, "n": n, "expected": expected_version}
@@ -132,15 +145,24 @@ class PostgresEventStore:
         first = version - n + 1
         now = utc_now()
         sealed = [e.sealed(stream_version=first + i, ingest_time=now) for i, e in enumerate(events)]
-        self._write_sealed(conn, sealed)
+        rows = self._write_sealed(conn, sealed)
+        if outbox is not None:
+            outbox.extend(rows)
         return sealed
 
-    def append_new_streams_in(self, conn: Connection, streams: Sequence[tuple[str, Sequence[EventEnvelope]]]) -> None:
+    def append_new_streams_in(
+        self,
+        conn: Connection,
+        streams: Sequence[tuple[str, Sequence[EventEnvelope]]],
+        *,
+        outbox: list[OutboxRow] | None = None,
+    ) -> None:
         """Start many new streams in bulk inside the caller's transaction (each at version 1).
 
         For writers that mint their stream ids (a new execution's stream): one statement for the
         stream heads, a few for the events and their outbox rows, whatever the number of streams.
-        A stream that already exists is a :class:`StreamVersionConflict`.
+        A stream that already exists is a :class:`StreamVersionConflict`. ``outbox`` as for
+        :meth:`append_in`.
         """
         for stream_id, events in streams:
             check_batch(stream_id, events)
@@ -155,9 +177,11 @@ class PostgresEventStore:
         if len(made) != len(heads):
             taken = sorted({str(h["stream_id"]) for h in heads} - made)[0]
             raise StreamVersionConflict(taken, 0, self._version_in(conn, taken))
-        self._write_sealed(conn, sealed)
+        rows = self._write_sealed(conn, sealed)
+        if outbox is not None:
+            outbox.extend(rows)
 
-    def _write_sealed(self, conn: Connection, sealed: Sequence[EventEnvelope]) -> None:
+    def _write_sealed(self, conn: Connection, sealed: Sequence[EventEnvelope]) -> list[OutboxRow]:
         """Insert sealed events and their outbox rows; a reused event id or idempotency key is a
         typed error naming what was reused (the caller's transaction is then rolled back)."""
         try:
@@ -176,7 +200,16 @@ class PostgresEventStore:
         if len(inserted) != len(sealed):
             keys = [e.idempotency_key for e in sealed if e.idempotency_key is not None]
             raise DuplicateIdempotencyKey(self._used_keys(conn, keys, set(inserted)))
-        insert_rows(conn, outbox_table, [outbox_message(e, self.events_topic) for e in sealed])
+        written = insert_rows(
+            conn,
+            outbox_table,
+            [outbox_message(e, self.events_topic) for e in sealed],
+            suffix=_RETURNING_OUTBOX,
+        )
+        assert written is not None
+        rows = [OutboxRow(r.outbox_id, r.topic, r.data, r.attributes, r.ordering_key) for r in written]
+        rows.sort(key=lambda row: row.outbox_id)  # insertion order: one execution's events publish in order
+        return rows
 
     @staticmethod
     def _version_in(conn: Connection, stream_id: str) -> int:

@@ -190,6 +190,13 @@ class LocalStack:
             # push endpoint's query instead (a deployed worker verifies the push OIDC token).
             "NOETL_WORKER_PUSH_TOKEN": token,
             "NOETL_WORKER_POOL": "shared",
+            # The projector answers pushes with this token too. No push subscription feeds it locally:
+            # the test suites publish every event of their own databases to the emulator's noetl-events.
+            "NOETL_PROJECTOR_PUSH_TOKEN": token,
+            # Cursor loops: workers claim frames from the frames role and write frame rows to a folder.
+            "NOETL_FRAMES_URL": f"http://127.0.0.1:{self.port_base + ROLE_PORTS['frames']}",
+            "NOETL_PAYLOAD_BACKEND": "filesystem",
+            "NOETL_PAYLOAD_DIR": str(self.state_dir / "payloads"),
         }
 
     def _ensure_worker_push(self, env: dict[str, str]) -> str:

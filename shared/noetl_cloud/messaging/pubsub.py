@@ -61,6 +61,7 @@ class PubSubPublisher:
                 log.warning("publish to %s refused: %s", message.topic, type(exc).__name__)
                 pending.append(None)
         out: list[str | None] = []
+        resumed: set[tuple[str, str]] = set()
         for message, future in zip(messages, pending, strict=True):
             if future is None:
                 out.append(None)
@@ -69,7 +70,9 @@ class PubSubPublisher:
                 out.append(future.result(timeout=self.timeout_s))
             except Exception as exc:  # noqa: BLE001 - any failure leaves the message for the sweep
                 log.warning("publish to %s failed: %s", message.topic, type(exc).__name__)
-                if message.ordering_key:
+                # A failure pauses its ordering key; resume it once (a second resume of a key raises).
+                if message.ordering_key and (message.topic, message.ordering_key) not in resumed:
+                    resumed.add((message.topic, message.ordering_key))
                     self.client.resume_publish(self.topic_path(message.topic), message.ordering_key)
                 out.append(None)
         return out

@@ -42,11 +42,13 @@ class ToolRegistry:
 
 
 def default_registry() -> ToolRegistry:
-    """The built-in tools: noop, python, http, playbook, postgres (pools open on first use, not here)."""
+    """The built-in tools: noop, python, http, playbook, postgres, subscription (pools and source
+    clients open on first use, not here)."""
     from noetl_cloud.tools.http import HttpTool
     from noetl_cloud.tools.noop import NoopTool
     from noetl_cloud.tools.playbook import PlaybookTool
     from noetl_cloud.tools.postgres import PostgresTool
     from noetl_cloud.tools.python import PythonTool
+    from noetl_cloud.tools.subscription import SubscriptionTool
 
-    return ToolRegistry([NoopTool(), PythonTool(), HttpTool(), PlaybookTool(), PostgresTool()])
+    return ToolRegistry([NoopTool(), PythonTool(), HttpTool(), PlaybookTool(), PostgresTool(), SubscriptionTool()])

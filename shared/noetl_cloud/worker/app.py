@@ -109,11 +109,19 @@ def service_from_settings(settings: Settings) -> WorkerService:
     else:
         token = google_id_token_source(settings.internal_api_audience or settings.api_url)
     api = ApiClient(settings.api_url, token_source=token, timeout_s=10.0, retries=3)
+    frames = None
+    if settings.frames_url:  # cursor loops claim frames from the frames role (docs/frames.md)
+        frames_token = token if settings.internal_api_token is not None else google_id_token_source(settings.frames_url)
+        frames = ApiClient(settings.frames_url, token_source=frames_token, timeout_s=10.0, retries=3)
+    from noetl_cloud.payload.bootstrap import payload_store
+
     return WorkerService(
         api,
         worker_id=settings.worker_id or default_worker_id(settings.worker_pool),
         tools=default_registry(),
         heartbeat_s=settings.worker_heartbeat_s,
+        frames=frames,
+        payloads=payload_store(settings),
     )
 
 

@@ -293,6 +293,11 @@ def _iteration(cmd: _Command, plan: StepPlan) -> tuple[dict[str, Any], int | Non
         return ({"parent": cmd.parent_iter} if cmd.parent_iter is not None else {}), None, None
     if plan.loop is None:
         raise BadCommand(f"step '{plan.name}' has no loop: it has no iterations", details={"step": plan.name})
+    if plan.loop.mode == "cursor":
+        raise BadCommand(
+            f"step '{plan.name}' is a cursor loop: its slots run through the frames API (docs/frames.md)",
+            details={"step": plan.name},
+        )
     if cmd.iteration is None or "item" not in cmd.iteration:
         raise BadCommand(
             "an iteration command needs iteration.index and iteration.item", details={"field": "iteration"}

@@ -31,16 +31,20 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from noetl_cloud.engine.outcome import Clock, Outcome, ToolResolver
 from noetl_cloud.engine.templates import Renderer
 from noetl_cloud.envelope import parse_time, utc_now
 from noetl_cloud.errors import BadRequest
+from noetl_cloud.frames.worker import cursor_plan, run_cursor_slot
 from noetl_cloud.observability import TraceContext, current_trace, execution_scope
 from noetl_cloud.web.client import ApiResponse, UpstreamUnavailable
 from noetl_cloud.worker.port import ControlPlaneApi, error_code, error_message
 from noetl_cloud.worker.run import PlanCache, RunChild, run_command
+
+if TYPE_CHECKING:
+    from noetl_cloud.payload.port import PayloadStore
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +160,8 @@ class WorkerService:
         child_poll_max_s: float = 5.0,
         wait: Callable[[threading.Event, float], bool] = wait_on,
         now: Callable[[], datetime] = utc_now,
+        frames: ControlPlaneApi | None = None,
+        payloads: PayloadStore | None = None,
     ) -> None:
         if heartbeat_s <= 0:
             raise ValueError("heartbeat_s must be > 0")
@@ -175,6 +181,8 @@ class WorkerService:
         self.wait = wait
         self.now = now
         self.renderer = Renderer()
+        self.frames = frames  # the frames role's API, for cursor loops (the control plane's when unset)
+        self.payloads = payloads  # where frame rows go as Arrow IPC
 
     # -- one delivery ------------------------------------------------------------------------------
 
@@ -202,18 +210,35 @@ class WorkerService:
         stopped = threading.Event()
         heartbeat = _Heartbeat(self, cid, stopped, self.heartbeat_interval(command.get("lease_expires_at")))
         heartbeat.start()
+        cursor = cursor_plan(command, self.plans)
         try:
-            report = run_command(
-                command,
-                tools=self.tools,
-                clock=self.clock if self.clock is not None else _StoppableClock(stopped),
-                run_child=self._child_runner(command, stopped),
-                compiled=self.plans,
-                keychain=self.keychain,
-                renderer=self.renderer,
-                now=self.now,
-                stop=stopped.is_set,
-            )
+            if cursor is not None:  # a slot of a cursor loop: frames through the frames API (docs/frames.md)
+                report = run_cursor_slot(
+                    command,
+                    cursor,
+                    frames=self.frames if self.frames is not None else self.api,
+                    worker_id=self.worker_id,
+                    tools=self.tools,
+                    payloads=self.payloads,
+                    clock=self.clock if self.clock is not None else _StoppableClock(stopped),
+                    renderer=self.renderer,
+                    keychain=self.keychain,
+                    run_child=self._child_runner(command, stopped),
+                    now=self.now,
+                    stop=stopped.is_set,
+                )
+            else:
+                report = run_command(
+                    command,
+                    tools=self.tools,
+                    clock=self.clock if self.clock is not None else _StoppableClock(stopped),
+                    run_child=self._child_runner(command, stopped),
+                    compiled=self.plans,
+                    keychain=self.keychain,
+                    renderer=self.renderer,
+                    now=self.now,
+                    stop=stopped.is_set,
+                )
         finally:
             heartbeat.stop()
         if report.stopped or stopped.is_set():

@@ -19,7 +19,7 @@ def call(kind: str, config: dict[str, Any], spec: dict[str, Any] | None = None) 
 
 def test_registry_resolves_kinds_and_refuses_duplicates() -> None:
     registry = default_registry()
-    assert registry.kinds() == ["http", "noop", "playbook", "postgres", "python"]
+    assert registry.kinds() == ["http", "noop", "playbook", "postgres", "python", "subscription"]
     assert registry.get("noop").kind == "noop"
     with pytest.raises(UnknownTool) as info:
         registry.get("nope")

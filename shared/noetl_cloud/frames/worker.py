@@ -1,0 +1,428 @@
+"""The worker's side of cursor loops (docs/frames.md): one slot command claims and runs frames until none is left.
+
+For each frame leased to it the slot:
+
+1. heartbeats at once (``CLAIMED → RUNNING``: ``frame.started``), then from a thread every
+   ``heartbeat_seconds`` (at most a third of the lease) until the frame is committed; a heartbeat answered
+   409/404 means the lease is gone, and the frame is dropped before its next task attempt, uncommitted;
+2. claims the frame's rows with the cursor driver: the ``postgres`` tool runs ``loop.cursor.claim`` (its
+   ``{{ __frame_max_rows }}``, ``{{ __frame_id }}``, ``{{ __frame_index }}``, ``{{ __frame_attempt }}``
+   rendered; ``params`` rendered with the step's scope and bound). A claim SQL that tags the rows it takes
+   with ``__frame_id`` and re-selects rows already tagged with it gives a retried frame (``whole_frame``)
+   the same rows again;
+3. runs the step's pipeline once per row (``process: row``: ``iter.<iterator>`` is the row, ``iter.index``
+   its place in the frame) or once per frame (``process: frame``: ``frame.rows``, ``frame.row_count``,
+   ``frame.index`` and ``iter.<iterator>_rows``);
+4. writes the rows as Arrow IPC to the payload store (when one is configured) and commits the frame with
+   its ``rows_ref``, row count, cursor and the number of pipeline events it produced: one event per frame.
+
+A frame with fewer rows than ``max_rows`` exhausts the cursor (its commit says so and the stage stops
+minting). A failed frame is committed ``FAILED`` and the slot goes on with the next; the slot reports
+``error`` (kind ``frame_failed``, the first failure) once no frame is left, so the loop ends ``step.failed``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, cast
+
+from noetl_cloud.engine.model import Loop, StepPlan
+from noetl_cloud.engine.outcome import Clock, Outcome, SystemClock, ToolCall, ToolResolver
+from noetl_cloud.engine.pipeline import PipelineResult, StepContext, run_pipeline
+from noetl_cloud.engine.state import CtxStore
+from noetl_cloud.engine.templates import Renderer, TemplateFailure, build_scope
+from noetl_cloud.envelope import EventEnvelope, utc_now
+from noetl_cloud.frames.policy import FramePolicy
+from noetl_cloud.web.client import ApiResponse, UpstreamUnavailable
+from noetl_cloud.worker.port import ControlPlaneApi, error_code
+from noetl_cloud.worker.run import PlanCache, Report
+
+if TYPE_CHECKING:
+    from noetl_cloud.payload.port import PayloadStore
+
+log = logging.getLogger(__name__)
+
+_JOIN_S = 2.0
+
+
+def cursor_plan(command: Mapping[str, Any], plans: PlanCache) -> StepPlan | None:
+    """The step plan when ``command`` is a slot of a cursor loop, else ``None`` (also for a bad document)."""
+    if command.get("kind") != "iteration":
+        return None
+    playbook = command.get("playbook")
+    if not isinstance(playbook, Mapping) or not isinstance(playbook.get("document"), Mapping):
+        return None
+    try:
+        catalog_id = str(playbook.get("catalog_id") or "") or None
+        plan = plans.plans(catalog_id, playbook["document"]).get(str(command.get("step")))
+    except Exception:  # noqa: BLE001 - a bad document is run_command's to report
+        return None
+    return plan if plan is not None and plan.loop is not None and plan.loop.mode == "cursor" else None
+
+
+class _Events:
+    """The pipeline's ``emit``: counts events and keeps the ``ctx`` patches (the report carries those)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.ctx_patch: list[dict[str, Any]] = []
+
+    def __call__(self, event_type: str, payload: dict[str, Any], *, meta: dict[str, Any] | None = None) -> Any:
+        self.count += 1
+        if event_type == "ctx.patched":
+            self.ctx_patch.extend(payload.get("patch") or [])
+        return cast(EventEnvelope, None)  # the engine never reads it back
+
+
+@dataclass
+class SlotSummary:
+    stage_id: str
+    slot: int
+    frames: int = 0
+    rows: int = 0
+    failed: int = 0
+    lost: int = 0
+    events: int = 0
+    first_error: dict[str, Any] | None = None
+    claims: int = 0
+    frame_ids: list[str] = field(default_factory=list)
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "stage_id": self.stage_id,
+            "slot": self.slot,
+            "frames": self.frames,
+            "rows": self.rows,
+            "failed": self.failed,
+            "lost": self.lost,
+            "claims": self.claims,
+        }
+
+
+class CursorSlot:
+    """Runs one slot command of a cursor loop against the frames API."""
+
+    def __init__(
+        self,
+        frames: ControlPlaneApi,
+        *,
+        worker_id: str,
+        tools: ToolResolver,
+        payloads: PayloadStore | None = None,
+        clock: Clock | None = None,
+        renderer: Renderer | None = None,
+        keychain: Mapping[str, Any] | None = None,
+        run_child: Callable[..., Outcome] | None = None,
+        now: Callable[[], datetime] = utc_now,
+        stop: Callable[[], bool] | None = None,
+    ) -> None:
+        self.frames = frames
+        self.worker_id = worker_id
+        self.tools = tools
+        self.payloads = payloads
+        self.clock = clock or SystemClock()
+        self.renderer = renderer or Renderer()
+        self.keychain = keychain or {}
+        self.run_child = run_child
+        self.now = now
+        self.stop = stop or (lambda: False)
+
+    # -- the slot -------------------------------------------------------------------------------
+
+    def run(self, command: Mapping[str, Any], plan: StepPlan) -> Report:
+        started_at = self.now()
+        loop = plan.loop
+        assert loop is not None and loop.frame is not None
+        item = (command.get("iteration") or {}).get("item") or {}
+        stage_id, slot = str(item.get("stage_id") or ""), item.get("slot")
+        if not stage_id.isdigit() or not isinstance(slot, int):
+            return Report(started_at, "error", None, {"kind": "bad_command", "message": "a slot names its stage"})
+        scope = command.get("scope") or {}
+        events = _Events()
+        sc = StepContext(
+            execution_id=str(command["execution_id"]),
+            step=plan.name,
+            step_run_id=str(command.get("step_run_id") or command["command_id"]),
+            workload=scope.get("workload") or {},
+            ctx=CtxStore(dict(scope.get("ctx") or {})),
+            args=scope.get("args") or {},
+            tools=self.tools,
+            renderer=self.renderer,
+            clock=self.clock,
+            emit=events,
+            next_id=_local_ids(f"{command['command_id']}-slot{slot}"),
+            keychain=self.keychain,
+            run_child=self.run_child,
+        )
+        summary = SlotSummary(stage_id, slot)
+        policy = loop.frame
+        while not self.stop():
+            answer = self._call(
+                f"/api/stages/{stage_id}/frames/claim",
+                {
+                    "worker_id": self.worker_id,
+                    "command_id": str(command["command_id"]),
+                    "requested_count": 1,
+                    "lease_seconds": policy.lease_seconds,
+                    "cursor": {"slot": slot},
+                    "frame_policy": policy.model_dump(mode="json"),
+                },
+            )
+            summary.claims += 1
+            if answer.status in (404, 409):  # the stage closed (or is gone): this slot is done
+                break
+            if not answer.ok or not isinstance(answer.json, dict):
+                summary.first_error = summary.first_error or {
+                    "kind": "claim_refused",
+                    "message": f"the frames API answered {answer.status}",
+                    "code": error_code(answer),
+                }
+                break
+            claimed = answer.json.get("frames") or []
+            if not claimed:
+                break
+            for frame in claimed:
+                self._frame(sc, plan, loop, policy, frame, events, summary)
+        if self.stop():
+            return Report(
+                started_at, "error", None, {"kind": "stopped", "message": "the run was stopped"}, stopped=True
+            )
+        result = summary.result()
+        if summary.first_error is not None:
+            error = {**summary.first_error, "iteration": slot}
+            return Report(started_at, "error", result, error, events.ctx_patch)
+        return Report(started_at, "ok", result, None, events.ctx_patch)
+
+    def _call(self, path: str, body: Any) -> ApiResponse:
+        response = self.frames.post(path, body)
+        if response.status >= 500 or response.status in (401, 403):
+            raise UpstreamUnavailable(
+                f"the frames API answered {response.status}", details={"path": path, "status": response.status}
+            )
+        return response
+
+    # -- one frame ------------------------------------------------------------------------------
+
+    def _frame(
+        self,
+        sc: StepContext,
+        plan: StepPlan,
+        loop: Loop,
+        policy: FramePolicy,
+        frame: Mapping[str, Any],
+        events: _Events,
+        summary: SlotSummary,
+    ) -> None:
+        fid = str(frame["frame_id"])
+        lease = float(policy.lease_seconds)
+        first = self._call(f"/api/frames/{fid}/heartbeat", {"worker_id": self.worker_id, "lease_seconds": lease})
+        if not first.ok:
+            summary.lost += 1
+            return
+        lost = threading.Event()
+        beat = _Beat(self, fid, lease, policy.heartbeat_interval(lease), lost)
+        beat.start()
+        before = events.count
+        started = time.monotonic()
+        try:
+            rows, failure = self._claim_rows(sc, loop, policy, frame)
+            if failure is None:
+                failure = self._process(sc, plan, loop, policy, frame, rows, lost)
+        finally:
+            beat.stop()
+        if lost.is_set() or self.stop():
+            summary.lost += 1
+            return
+        rows_ref = None
+        if self.payloads is not None and rows:
+            from noetl_cloud.payload.arrow import store_rows  # pyarrow only where frames write rows
+
+            rows_ref = store_rows(
+                self.payloads, rows, {"frame_id": fid, "stage_id": str(frame.get("stage_id", summary.stage_id))}
+            )
+        exhausted = len(rows) < policy.max_rows
+        body = {
+            "worker_id": self.worker_id,
+            "status": "COMPLETED" if failure is None else "FAILED",
+            "cursor": {
+                "slot": summary.slot,
+                "frame_index": frame.get("frame_index"),
+                "attempt": frame.get("attempt"),
+                "exhausted": exhausted,
+            },
+            "row_count": len(rows),
+            "output_ref": {
+                **({"rows_ref": rows_ref} if rows_ref is not None else {}),
+                "metrics": {"process": policy.process, "ms": round((time.monotonic() - started) * 1000, 3)},
+            },
+            "events_emitted": events.count - before,
+            "error": failure,
+        }
+        committed = self._call(f"/api/frames/{fid}/commit", body)
+        if not committed.ok:  # 409: the lease went to another worker meanwhile, who commits the frame
+            summary.lost += 1
+            return
+        summary.frames += 1
+        summary.events += events.count - before
+        summary.frame_ids.append(fid)
+        if failure is None:
+            summary.rows += len(rows)
+        else:
+            summary.failed += 1
+            summary.first_error = summary.first_error or {"kind": "frame_failed", "frame_id": fid, "error": failure}
+
+    def _claim_rows(
+        self, sc: StepContext, loop: Loop, policy: FramePolicy, frame: Mapping[str, Any]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """The frame's rows from the cursor driver, or the failure that kept it from claiming them."""
+        cursor = loop.cursor or {}
+        binds = {
+            "__frame_max_rows": policy.max_rows,
+            "__frame_id": int(frame["frame_id"]),
+            "__frame_index": int(frame.get("frame_index") or 0),
+            "__frame_attempt": int(frame.get("attempt") or 1),
+        }
+        try:
+            sql = self.renderer.render(cursor["claim"], binds, step=sc.step, task="cursor")
+            scope = {**build_scope(workload=sc.workload, ctx=sc.ctx.data, args=sc.args), **binds}
+            params = self.renderer.render(cursor.get("params") or {}, scope, step=sc.step, task="cursor")
+            dsn = self.renderer.render(cursor.get("dsn"), scope, step=sc.step, task="cursor")
+        except TemplateFailure as exc:
+            return [], {"kind": exc.code, "message": exc.message, "task": "cursor"}
+        keychain, auth = sc.keychain, cursor.get("auth")
+        if isinstance(dsn, str) and dsn:  # a DSN named in the playbook instead of a keychain alias
+            keychain, auth = {**keychain, "__cursor__": {"kind": "postgres", "dsn": dsn}}, "__cursor__"
+        call = ToolCall(
+            kind=str(cursor.get("kind")),
+            config={"query": sql, "params": params, "auth": auth},
+            spec={},
+            execution_id=sc.execution_id,
+            step=sc.step,
+            task="cursor",
+            attempt=binds["__frame_attempt"],
+            keychain=keychain,
+        )
+        outcome = self.tools.get(call.kind).run(call)
+        if outcome.status != "ok":
+            return [], {**(outcome.error or {}), "task": "cursor"}
+        rows = (outcome.result or {}).get("rows") if isinstance(outcome.result, dict) else None
+        if not isinstance(rows, list):
+            return [], {"kind": "cursor_no_rows", "message": "the cursor claim returned no row set", "task": "cursor"}
+        return rows, None
+
+    def _process(
+        self,
+        sc: StepContext,
+        plan: StepPlan,
+        loop: Loop,
+        policy: FramePolicy,
+        frame: Mapping[str, Any],
+        rows: list[dict[str, Any]],
+        lost: threading.Event,
+    ) -> dict[str, Any] | None:
+        """Run the pipeline per row or per frame; the first failure, or ``None``."""
+        if not rows or not plan.tasks:
+            return None
+        info = {
+            "id": str(frame["frame_id"]),
+            "index": frame.get("frame_index"),
+            "attempt": frame.get("attempt"),
+            "row_count": len(rows),
+        }
+        writer = f"iteration {frame.get('frame_index')}"
+        stop = lambda: lost.is_set() or self.stop()  # noqa: E731
+        if policy.process == "frame":
+            scope = {
+                f"{loop.iterator}_rows": rows,
+                "frame": {**info, "rows": rows},
+                "index": frame.get("frame_index"),
+            }
+            result = _drive(run_pipeline(sc, plan.tasks, scope, writer=writer), stop)
+            return None if result is None or result.status == "ok" else {**(result.error or {})}
+        for index, row in enumerate(rows):
+            scope = {loop.iterator: row, "index": index, "frame": info}
+            result = _drive(run_pipeline(sc, plan.tasks, scope, iteration=index, writer=writer), stop)
+            if result is None:
+                return None  # stopped: the frame is dropped, not committed
+            if result.status != "ok":
+                return {**(result.error or {}), "row": index}
+        return None
+
+
+def _drive(pipeline: Generator[None, None, PipelineResult], stop: Callable[[], bool]) -> PipelineResult | None:
+    while True:
+        try:
+            next(pipeline)
+        except StopIteration as done:
+            result: PipelineResult = done.value
+            return result
+        if stop():
+            pipeline.close()
+            return None
+
+
+class _Beat:
+    """Heartbeats one frame from its own thread until stopped; a refused heartbeat sets ``lost``."""
+
+    def __init__(self, slot: CursorSlot, frame_id: str, lease: float, interval: float, lost: threading.Event) -> None:
+        self.slot = slot
+        self.frame_id = frame_id
+        self.lease = lease
+        self.interval = interval
+        self.lost = lost
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(
+            target=context.run, args=(self._run,), name=f"frame-{self.frame_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(timeout=_JOIN_S)
+
+    def _run(self) -> None:
+        path = f"/api/frames/{self.frame_id}/heartbeat"
+        while not self._done.wait(self.interval):
+            try:
+                response = self.slot.frames.post(path, {"worker_id": self.slot.worker_id, "lease_seconds": self.lease})
+            except UpstreamUnavailable:
+                log.warning("frame heartbeat failed: the frames API is unreachable", extra={"frame_id": self.frame_id})
+                continue
+            if response.status in (404, 409):
+                log.info("frame lease lost", extra={"frame_id": self.frame_id, "code": error_code(response)})
+                self.lost.set()
+                return
+
+
+def _local_ids(prefix: str) -> Callable[[], str]:
+    counter = itertools.count(1)
+    return lambda: f"{prefix}-{next(counter)}"
+
+
+def run_cursor_slot(
+    command: Mapping[str, Any],
+    plan: StepPlan,
+    *,
+    frames: ControlPlaneApi,
+    worker_id: str,
+    tools: ToolResolver,
+    payloads: PayloadStore | None = None,
+    **options: Any,
+) -> Report:
+    """Run one slot command of a cursor loop; its report (``result``: the slot's frame and row counts)."""
+    return CursorSlot(frames, worker_id=worker_id, tools=tools, payloads=payloads, **options).run(command, plan)
+
+
+__all__ = ["CursorSlot", "SlotSummary", "cursor_plan", "run_cursor_slot"]

@@ -1,0 +1,1 @@
+"""The projector role: the push endpoint of ``noetl-events`` folding events into live projections."""

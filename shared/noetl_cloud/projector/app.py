@@ -1,0 +1,111 @@
+"""The projector role: ``POST /`` is the push endpoint of the ``noetl-events`` subscription.
+
+Order of a delivery: authenticate the push (a Google ID token minted for
+``NOETL_PROJECTOR_PUSH_AUDIENCE`` by ``NOETL_PROJECTOR_PUSH_SERVICE_ACCOUNT``; locally the bearer
+``NOETL_PROJECTOR_PUSH_TOKEN``, in the ``Authorization`` header or as the endpoint's ``?token=``),
+then parse the push envelope and read the event id from the message data (the outbox's
+``{"event_id", "execution_id"}``), then fold (:class:`~noetl_cloud.projector.service.Projector`).
+
+Answers: **200** ``{outcome, event_id, ...}`` for everything Pub/Sub should ack — ``applied``,
+``duplicate``, and ``unknown_event`` / ``no_execution`` (nothing to fold here); **400**
+``invalid_payload`` / ``invalid_notification`` for a message that can never succeed (dead-lettered);
+**401**/**403** for push credentials; **5xx** when the database is unavailable, so Pub/Sub redelivers.
+
+Under ``/api/`` (internal API auth): ``GET /api/projector/status`` (projection lag and the last
+applied event id, of the latest write or of one execution) and the replay API.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask, request
+
+from noetl_cloud.auth.internal import InternalAuth, install
+from noetl_cloud.errors import BadRequest, ConfigError
+from noetl_cloud.ingress.push import pubsub_message
+from noetl_cloud.ingress.verify import CREDENTIAL_HEADERS
+from noetl_cloud.observability import configure_logging
+from noetl_cloud.projector.bootstrap import ProjectorRole
+from noetl_cloud.replay import api as replay_api
+from noetl_cloud.settings import Settings
+from noetl_cloud.web import create_app
+
+
+class InvalidNotification(BadRequest):
+    """The message names no event id: it can never be folded."""
+
+    code = "invalid_notification"
+
+
+def event_id_of(data: Any, attributes: Mapping[str, str]) -> int:
+    value = data.get("event_id") if isinstance(data, dict) else attributes.get("event_id")
+    text = str(value) if value is not None else ""
+    if not text.isdigit() or len(text) > 19:
+        raise InvalidNotification("the message carries no event_id")
+    return int(text)
+
+
+def build_app(role: ProjectorRole, push_auth: InternalAuth, api_auth: InternalAuth) -> Flask:
+    settings = role.settings
+    app = create_app("projector", settings)
+    install(app, api_auth)
+
+    @app.post("/")
+    def push() -> tuple[dict[str, Any], int]:
+        push_auth.authenticate(_credentials(settings))
+        pushed = pubsub_message(
+            request.get_data(cache=False),
+            list(request.headers.items()),
+            principal="pubsub",
+            payload_from="message.body",
+            drop=CREDENTIAL_HEADERS,
+            new_id=lambda: secrets.token_hex(8),
+        )
+        result = role.projector.handle(event_id_of(pushed.payload, pushed.attributes))
+        return result.body(), 200
+
+    @app.get("/api/projector/status")
+    def status() -> dict[str, Any]:
+        if "execution_id" not in request.args:
+            return role.projector.status()
+        return role.projector.status(replay_api.scope())
+
+    app.register_blueprint(replay_api.blueprint(lambda: role.replay))
+    return app
+
+
+def _credentials(settings: Settings) -> str | None:
+    """The ``Authorization`` header; locally the push token may come as ``?token=`` (the emulator's
+    push sends no credentials), compared like a bearer."""
+    header = request.headers.get("Authorization")
+    if header is None and settings.projector_push_token is not None and "token" in request.args:
+        return f"Bearer {request.args['token']}"
+    return header
+
+
+def push_auth_from_settings(settings: Settings) -> InternalAuth:
+    audience = settings.projector_push_audience
+    if audience:
+        settings.require("projector_push_service_account")
+    elif settings.projector_push_token is None:
+        names = [Settings.env_name("projector_push_token"), Settings.env_name("projector_push_audience")]
+        raise ConfigError(
+            f"the projector's push endpoint has no authentication: set {' or '.join(names)}",
+            code="config_missing",
+            details={"variables": names},
+        )
+    emails = [settings.projector_push_service_account] if settings.projector_push_service_account else None
+    return InternalAuth(token=settings.projector_push_token, audience=audience, allowed_emails=emails)
+
+
+def app_from_env(env: Mapping[str, str]) -> Flask:
+    """The projector role, configured from the process environment (the entry point's one call)."""
+    settings = Settings.from_env(env, role="projector")
+    configure_logging(settings.log_level, project_id=settings.project_id, role="projector")
+    api_auth = InternalAuth.from_settings(
+        settings, audience=settings.internal_api_audience, allowed_emails=settings.internal_api_callers or None
+    )
+    return build_app(ProjectorRole(settings), push_auth_from_settings(settings), api_auth)

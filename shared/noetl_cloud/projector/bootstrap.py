@@ -1,0 +1,35 @@
+"""The projector role's composition root: built lazily from settings, one per process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from sqlalchemy import Engine
+
+from noetl_cloud.db.engine import create_db_engine
+from noetl_cloud.projector.service import Projector
+from noetl_cloud.replay.service import ReplayService
+from noetl_cloud.replay.upcasters import UpcasterRegistry, default_registry
+from noetl_cloud.settings import Settings
+
+
+@dataclass
+class ProjectorRole:
+    settings: Settings
+
+    @cached_property
+    def engine(self) -> Engine:
+        return create_db_engine(self.settings)
+
+    @cached_property
+    def registry(self) -> UpcasterRegistry:
+        return default_registry()
+
+    @cached_property
+    def projector(self) -> Projector:
+        return Projector(self.engine, self.registry, snapshot_every=self.settings.replay_snapshot_every)
+
+    @cached_property
+    def replay(self) -> ReplayService:
+        return ReplayService(self.engine, self.registry)

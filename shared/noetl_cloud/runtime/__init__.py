@@ -1,0 +1,1 @@
+"""The subscription runtime (Mode B): streaming pull, directives, dispatch, ack, rate governor."""
