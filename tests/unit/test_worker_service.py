@@ -246,7 +246,13 @@ def test_heartbeat_409_stops_the_run_and_nothing_is_reported(api: InMemoryContro
             api.end_execution("2001", "cancelled")
         else:
             api.commands["3001"]["worker_id"] = "worker-after-reaper"
-        return api.heartbeat_refused.wait(GUARD_S)
+        refused = api.heartbeat_refused.wait(GUARD_S)
+        # The refusal is recorded inside the heartbeat call; the run is told to stop just after it, when
+        # the heartbeat thread sees the answer and ends. Wait for that thread, not for time.
+        for thread in threading.enumerate():
+            if thread.name == "heartbeat-3001":
+                thread.join(GUARD_S)
+        return refused
 
     after = Recorder()
     cmd = api.add_command(adhoc({"h": {"kind": "hook"}}, {"after": {"kind": "rec"}}))

@@ -12,13 +12,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import IO, Any, Final
 
-import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.cloud import storage  # type: ignore[attr-defined,import-untyped]
 from google.cloud.storage.retry import DEFAULT_RETRY  # type: ignore[import-untyped]
 
 from noetl_cloud.errors import ConfigError, NoetlError
+from noetl_cloud.objectstore import GCS_OUTAGE, gcs_client
 from noetl_cloud.payload.port import (
     CHUNK_BYTES,
     ObjectPayloadStore,
@@ -27,18 +27,7 @@ from noetl_cloud.payload.port import (
     PayloadUnavailable,
 )
 
-_OUTAGE: Final = (
-    gexc.ServiceUnavailable,
-    gexc.InternalServerError,
-    gexc.BadGateway,
-    gexc.GatewayTimeout,
-    gexc.TooManyRequests,
-    gexc.RetryError,
-    requests.exceptions.ConnectionError,
-    requests.exceptions.Timeout,
-    auth_exc.TransportError,
-    auth_exc.RefreshError,
-)
+_OUTAGE: Final = GCS_OUTAGE
 
 
 class GcsPayloadStore(ObjectPayloadStore):
@@ -67,19 +56,7 @@ class GcsPayloadStore(ObjectPayloadStore):
         with self._lock:
             if self._client is None:
                 with _translated("(client)"):
-                    if self.endpoint:
-                        from google.auth.credentials import AnonymousCredentials
-
-                        self._client = storage.Client(
-                            project=self.project_id or "noetl-local",
-                            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-                            client_options={"api_endpoint": self.endpoint},
-                        )
-                    else:
-                        import google.auth
-
-                        credentials, project = google.auth.default()
-                        self._client = storage.Client(project=self.project_id or project, credentials=credentials)
+                    self._client = gcs_client(self.endpoint, self.project_id)
             return self._client
 
     def _blob(self, key: str) -> Any:

@@ -23,8 +23,9 @@ from typing import Any
 
 from flask import Flask, request
 
+from noetl_cloud.auth import push as push_endpoint
 from noetl_cloud.auth.internal import InternalAuth, install
-from noetl_cloud.errors import BadRequest, ConfigError
+from noetl_cloud.errors import BadRequest
 from noetl_cloud.ingress.push import pubsub_message
 from noetl_cloud.ingress.verify import CREDENTIAL_HEADERS
 from noetl_cloud.observability import configure_logging
@@ -55,7 +56,7 @@ def build_app(role: ProjectorRole, push_auth: InternalAuth, api_auth: InternalAu
 
     @app.post("/")
     def push() -> tuple[dict[str, Any], int]:
-        push_auth.authenticate(_credentials(settings))
+        push_auth.authenticate(push_endpoint.push_credentials(settings, "projector"))
         pushed = pubsub_message(
             request.get_data(cache=False),
             list(request.headers.items()),
@@ -77,28 +78,9 @@ def build_app(role: ProjectorRole, push_auth: InternalAuth, api_auth: InternalAu
     return app
 
 
-def _credentials(settings: Settings) -> str | None:
-    """The ``Authorization`` header; locally the push token may come as ``?token=`` (the emulator's
-    push sends no credentials), compared like a bearer."""
-    header = request.headers.get("Authorization")
-    if header is None and settings.projector_push_token is not None and "token" in request.args:
-        return f"Bearer {request.args['token']}"
-    return header
-
-
 def push_auth_from_settings(settings: Settings) -> InternalAuth:
-    audience = settings.projector_push_audience
-    if audience:
-        settings.require("projector_push_service_account")
-    elif settings.projector_push_token is None:
-        names = [Settings.env_name("projector_push_token"), Settings.env_name("projector_push_audience")]
-        raise ConfigError(
-            f"the projector's push endpoint has no authentication: set {' or '.join(names)}",
-            code="config_missing",
-            details={"variables": names},
-        )
-    emails = [settings.projector_push_service_account] if settings.projector_push_service_account else None
-    return InternalAuth(token=settings.projector_push_token, audience=audience, allowed_emails=emails)
+    """Push authentication: Google ID tokens of the push service account, and/or the local bearer token."""
+    return push_endpoint.push_auth(settings, "projector")
 
 
 def app_from_env(env: Mapping[str, str]) -> Flask:

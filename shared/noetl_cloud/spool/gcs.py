@@ -27,31 +27,20 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Final
 
-import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.cloud import storage  # type: ignore[attr-defined,import-untyped]
 from google.cloud.storage.retry import DEFAULT_RETRY  # type: ignore[import-untyped]
 
 from noetl_cloud.errors import ConfigError, NoetlError, Unavailable
+from noetl_cloud.objectstore import GCS_OUTAGE, gcs_client
 from noetl_cloud.settings import Settings
 from noetl_cloud.spool.item import DLQ, SpoolError, SpoolItemExists, SpoolItemNotFound, SpoolRef, SpoolVersionConflict
 from noetl_cloud.spool.port import ObjectSpool
 
 CONTENT_TYPE: Final = "application/octet-stream"
 
-_OUTAGE: Final = (
-    gexc.ServiceUnavailable,
-    gexc.InternalServerError,
-    gexc.BadGateway,
-    gexc.GatewayTimeout,
-    gexc.TooManyRequests,
-    gexc.RetryError,
-    requests.exceptions.ConnectionError,
-    requests.exceptions.Timeout,
-    auth_exc.TransportError,
-    auth_exc.RefreshError,
-)
+_OUTAGE: Final = GCS_OUTAGE
 
 
 class GcsSpool(ObjectSpool):
@@ -90,18 +79,7 @@ class GcsSpool(ObjectSpool):
             return self._client
 
     def _connect(self) -> storage.Client:
-        if self.endpoint:
-            from google.auth.credentials import AnonymousCredentials
-
-            return storage.Client(
-                project=self.project_id or "noetl-local",
-                credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-                client_options={"api_endpoint": self.endpoint},
-            )
-        import google.auth
-
-        credentials, project = google.auth.default()
-        return storage.Client(project=self.project_id or project, credentials=credentials)
+        return gcs_client(self.endpoint, self.project_id)
 
     def _bucket(self) -> Any:
         return self._storage().bucket(self.bucket_name)

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 from noetl_cloud.errors import ConfigError, NoetlError, Unavailable
+from noetl_cloud.objectstore import s3_client
 from noetl_cloud.settings import Settings
 from noetl_cloud.spool.item import SpoolError, SpoolItemExists, SpoolItemNotFound, SpoolRef, SpoolVersionConflict
 from noetl_cloud.spool.port import ObjectSpool
@@ -76,20 +77,12 @@ class S3Spool(ObjectSpool):
     def _s3(self) -> Any:
         with self._client_lock:
             if self._client is None:
-                import boto3  # type: ignore[import-untyped]
-                from botocore.config import Config  # type: ignore[import-untyped]
-
-                self._client = boto3.session.Session().client(
-                    "s3",
+                self._client = s3_client(
                     endpoint_url=self.endpoint_url,
-                    region_name=self.region,
-                    aws_access_key_id=self._access_key_id,
-                    aws_secret_access_key=self._secret_access_key,
-                    config=Config(
-                        connect_timeout=self.timeout_s,
-                        read_timeout=self.timeout_s,
-                        retries={"mode": "standard", "max_attempts": 3},
-                    ),
+                    region=self.region,
+                    access_key_id=self._access_key_id,
+                    secret_access_key=self._secret_access_key,
+                    timeout_s=self.timeout_s,
                 )
             return self._client
 

@@ -24,7 +24,7 @@ from typing import Protocol
 from flask import Flask, Response, jsonify, request
 
 from noetl_cloud.auth.internal import InternalAuth
-from noetl_cloud.errors import ConfigError
+from noetl_cloud.auth.push import push_auth, push_credentials
 from noetl_cloud.ingress.push import pubsub_message
 from noetl_cloud.ingress.verify import CREDENTIAL_HEADERS
 from noetl_cloud.observability import configure_logging
@@ -51,7 +51,7 @@ def build_app(settings: Settings, service: CommandHandler, auth: InternalAuth) -
 
     @app.post("/")
     def push() -> tuple[Response, int]:
-        caller = auth.authenticate(_credentials(settings))
+        caller = auth.authenticate(push_credentials(settings, "worker"))
         pushed = pubsub_message(
             request.get_data(cache=False),
             list(request.headers.items()),
@@ -68,15 +68,6 @@ def build_app(settings: Settings, service: CommandHandler, auth: InternalAuth) -
     return app
 
 
-def _credentials(settings: Settings) -> str | None:
-    """The ``Authorization`` header; locally, the push token may come as the endpoint's ``?token=``
-    instead (the Pub/Sub emulator's push sends no credentials). It is then compared like a bearer."""
-    header = request.headers.get("Authorization")
-    if header is None and settings.worker_push_token is not None and "token" in request.args:
-        return f"Bearer {request.args['token']}"
-    return header
-
-
 def default_worker_id(pool: str) -> str:
     """``worker-<pool>-<host>-<pid>``: unique per process, readable in events."""
     return f"worker-{pool}-{socket.gethostname()}-{os.getpid()}"[:MAX_WORKER_ID]
@@ -84,18 +75,7 @@ def default_worker_id(pool: str) -> str:
 
 def auth_from_settings(settings: Settings) -> InternalAuth:
     """Push authentication: Google ID tokens of the push service account, and/or the local bearer token."""
-    audience = settings.worker_push_audience
-    if audience:
-        settings.require("worker_push_service_account")
-    elif settings.worker_push_token is None:
-        names = [Settings.env_name("worker_push_token"), Settings.env_name("worker_push_audience")]
-        raise ConfigError(
-            f"the worker's push endpoint has no authentication: set {' or '.join(names)}",
-            code="config_missing",
-            details={"variables": names},
-        )
-    emails = [settings.worker_push_service_account] if settings.worker_push_service_account else None
-    return InternalAuth(token=settings.worker_push_token, audience=audience, allowed_emails=emails)
+    return push_auth(settings, "worker")
 
 
 def service_from_settings(settings: Settings) -> WorkerService:
