@@ -23,7 +23,7 @@ def free_port() -> int:
 def start(name: str, env: dict[str, str], port: int, *, workers: int = 2, threads: int = 4) -> subprocess.Popen[bytes]:
     """Start a role on ``port`` and wait until it answers its health check."""
     logs = os.environ.get("NOETL_TEST_LOG_DIR")  # set it to keep each role's output when debugging
-    sink = open(Path(logs) / f"{name}-{port}.log", "wb") if logs else subprocess.DEVNULL
+    sink = open(Path(logs) / f"{name}-{port}.log", "ab") if logs else subprocess.DEVNULL
     proc = subprocess.Popen(
         gunicorn_argv(ROOT / "functions" / name, port=port, workers=workers, threads=threads),
         env={**os.environ, **env, "NOETL_ROLE": name},

@@ -1,4 +1,4 @@
-"""The real Pub/Sub emulator pushes to the ingress role: 100 published messages become 100
+"""The real Pub/Sub emulator pushes to the ingress role: 50 published messages become 50
 executions; a delivery nacked while the control plane is down is redelivered and still makes
 exactly one execution."""
 
@@ -85,16 +85,16 @@ def test_emulator_push_makes_one_execution_per_message_even_after_a_nack(
             subscriber.create_subscription(
                 name=push_sub,
                 topic=topic,
-                ack_deadline_seconds=10,
+                ack_deadline_seconds=60,  # a slow first delivery on a loaded machine is not a nack
                 push_config=pubsub_v1.types.PushConfig(
                     push_endpoint=f"{ingress_url}/ingress/sensors?token={PUSH_TOKEN}"
                 ),
             )
             ids = [
                 publisher.publish(topic, f'{{"reading": {n}}}'.encode(), device=f"d{n % 3}").result(timeout=30)
-                for n in range(100)
+                for n in range(50)
             ]
-            assert eventually(lambda: len(executions(database_url)) >= 100, timeout=240)
+            assert eventually(lambda: len(executions(database_url)) >= 50, timeout=240)
             assert sorted(executions(database_url)) == sorted(ids)
 
             # The control plane goes down: the next delivery is answered 503 (a nack) and redelivered.
@@ -108,13 +108,13 @@ def test_emulator_push_makes_one_execution_per_message_even_after_a_nack(
             before = received()
             stop_group(execute.pid, timeout=10)
             execute.wait()
-            late = publisher.publish(topic, b'{"reading": 100}').result(timeout=30)
+            late = publisher.publish(topic, b'{"reading": 50}').result(timeout=30)
             assert eventually(lambda: received() > before, timeout=60)  # delivered, and refused
             assert executions(database_url).count(late) == 0
             execute = start_execute(port, env)
             assert eventually(lambda: late in executions(database_url))
             done = executions(database_url)
-            assert len(done) == 101 and len(set(done)) == 101
+            assert len(done) == 51 and len(set(done)) == 51
     finally:
         for call in (
             lambda: subscriber.delete_subscription(subscription=push_sub),
