@@ -197,7 +197,7 @@ def test_connection_refused_is_retried_then_upstream_unavailable(sleeps: Sleeps)
     with pytest.raises(UpstreamUnavailable) as info:
         client.get("/api/x")
     assert info.value.details["attempts"] == 4
-    assert info.value.details["reason"] == "NewConnectionError"
+    assert info.value.details["reason"] == "ConnectionRefusedError"
     assert sleeps == [0.2, 0.4, 0.8]
 
 

@@ -16,10 +16,12 @@ token source: :func:`static_token` locally, :func:`google_id_token_source` on Cl
 from __future__ import annotations
 
 import email.utils
+import http.client
 import json as jsonlib
 import logging
 import math
 import random
+import ssl
 import threading
 import time
 import urllib.parse
@@ -31,7 +33,6 @@ from typing import Any
 
 import jwt
 import urllib3
-from urllib3 import exceptions as u3
 
 from noetl_cloud.errors import (
     BadRequest,
@@ -46,6 +47,7 @@ from noetl_cloud.errors import (
 )
 from noetl_cloud.observability import current_request_id, current_trace
 from noetl_cloud.web.errors import HTTP_CODES
+from noetl_cloud.web.transport import ConnectionPool
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +56,10 @@ TokenSource = Callable[[], str]
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 METADATA_IDENTITY_URL = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/identity"
 
-# Transport failures worth another attempt. Certificate and URL errors are not: they do not heal.
-_RETRYABLE_ERRORS: tuple[type[Exception], ...] = (u3.TimeoutError, u3.ProtocolError, u3.NewConnectionError)
+# Transport failures worth another attempt (refused, reset, timed out, cut short). Certificate
+# errors are not: they do not heal.
+_NOT_RETRYABLE: tuple[type[Exception], ...] = (ssl.SSLCertVerificationError,)
+_RETRYABLE_ERRORS: tuple[type[Exception], ...] = (OSError, http.client.HTTPException)
 
 _ERROR_CLASSES: dict[int, type[NoetlError]] = {
     400: BadRequest,
@@ -150,19 +154,19 @@ class ApiClient:
         if retries < 0:
             raise ValueError("retries must be >= 0")
         self.base_url = base_url.rstrip("/")
+        self._base_path = parsed.path.rstrip("/")
         self._token_source = token_source
-        self._timeout = urllib3.Timeout(connect=timeout_s, read=timeout_s)
         self._retries = retries
         self._backoff_s = backoff_s
         self._max_backoff_s = max_backoff_s
         self._max_retry_after_s = max_retry_after_s
         self._sleep = sleep
         self._jitter = jitter
-        self._pool = urllib3.PoolManager(maxsize=pool_maxsize, block=False)
+        self._pool = ConnectionPool(f"{parsed.scheme}://{parsed.netloc}", timeout_s=timeout_s, maxsize=pool_maxsize)
 
     def close(self) -> None:
         """Close the pooled connections."""
-        self._pool.clear()
+        self._pool.close()
 
     def __enter__(self) -> ApiClient:
         return self
@@ -188,7 +192,7 @@ class ApiClient:
         """
         if not path.startswith("/") or path.startswith("//"):
             raise ValueError(f"path must start with a single '/', got {path!r}")
-        url = self.base_url + path
+        target = self._base_path + path
         body = None if json is None else jsonlib.dumps(json, separators=(",", ":")).encode("utf-8")
         given = {k.lower(): v for k, v in (headers or {}).items()}
 
@@ -196,15 +200,9 @@ class ApiClient:
         for attempt in range(attempts):
             last = attempt == attempts - 1
             try:
-                raw = self._pool.request(
-                    method,
-                    url,
-                    body=body,
-                    headers=self._headers(given, has_body=body is not None),
-                    timeout=self._timeout,
-                    retries=False,
-                    redirect=False,
-                )
+                raw = self._pool.request(method, target, body, self._headers(given, has_body=body is not None))
+            except _NOT_RETRYABLE:
+                raise
             except _RETRYABLE_ERRORS as exc:
                 reason = type(exc).__name__
                 log.warning(
@@ -219,7 +217,7 @@ class ApiClient:
                 self._sleep(self._backoff(attempt))
                 continue
 
-            response = ApiResponse(raw.status, _parse_json(raw.data), urllib3.HTTPHeaderDict(raw.headers))
+            response = ApiResponse(raw.status, _parse_json(raw.data), urllib3.HTTPHeaderDict(raw.headers.items()))
             if raw.status not in RETRYABLE_STATUSES:
                 return response
             log.warning(
