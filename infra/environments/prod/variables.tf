@@ -61,7 +61,7 @@ variable "runtime_subscriptions" {
 }
 
 variable "operators" {
-  description = "IAM members (user:<email>, serviceAccount:<email>) allowed to call the internal APIs of execute and projector (replay verification, noetl-cloud execute)."
+  description = "Service accounts (serviceAccount:<email>) allowed to call the internal APIs of execute and projector (replay verification); people impersonate them."
   type        = set(string)
   default     = []
 }

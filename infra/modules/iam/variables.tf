@@ -43,7 +43,7 @@ variable "resources" {
 }
 
 variable "operators" {
-  description = "IAM members (user:<email>, serviceAccount:<email>) allowed to call the internal APIs of execute and projector: run.invoker there and in the apps' allowlists."
+  description = "Service accounts (serviceAccount:<email>) allowed to call the internal APIs of execute and projector: run.invoker there and in the apps' allowlists."
   type        = set(string)
   default     = []
 }

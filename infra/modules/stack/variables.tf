@@ -196,13 +196,13 @@ variable "runtime_subscriptions" {
 }
 
 variable "operators" {
-  description = "Emails of the people or service accounts allowed to call the internal APIs of execute and projector (replay verification, noetl-cloud execute): granted run.invoker on those two services and listed in their NOETL_INTERNAL_API_CALLERS. Write user accounts as user:<email>, service accounts as serviceAccount:<email>."
+  description = "Service accounts (serviceAccount:<email>) allowed to call the internal APIs of execute and projector (replay verification, noetl-cloud execute): granted run.invoker on those two services and listed in their NOETL_INTERNAL_API_CALLERS. The apps verify ID tokens minted for their URL, which a person gets by impersonating one of these accounts (docs/deploy.md)."
   type        = set(string)
   default     = []
 
   validation {
-    condition     = alltrue([for m in var.operators : can(regex("^(user|serviceAccount):[^@\\s]+@[^@\\s]+$", m))])
-    error_message = "Each operator is user:<email> or serviceAccount:<email>."
+    condition     = alltrue([for m in var.operators : can(regex("^serviceAccount:[^@\\s]+@[^@\\s]+$", m))])
+    error_message = "Each operator is serviceAccount:<email> (a user's own ID token cannot carry a service's URL as its audience)."
   }
 }
 
