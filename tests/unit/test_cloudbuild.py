@@ -35,9 +35,12 @@ def test_steps_are_in_order_lint_build_push_migrate_deploy_smoke() -> None:
         ("push-image", "migrate-database"),
         ("migrate-database", "deploy-execute"),
         ("deploy-subscription_runtime", "smoke-test-ingress"),
+        ("smoke-test-ingress", "smoke-test-projector"),
     ]:
         assert ids.index(before) < ids.index(after)
-    assert "smoke-test-ingress" == ids[-1] and "waitFor" not in _steps()["smoke-test-ingress"]
+    # No waitFor: the smoke tests run after every step before them, i.e. after every rollout.
+    assert ids[-2:] == ["smoke-test-ingress", "smoke-test-projector"]
+    assert all("waitFor" not in _steps()[i] for i in ids[-2:])
 
 
 def test_referenced_files_exist() -> None:
@@ -59,29 +62,37 @@ def test_referenced_files_exist() -> None:
     assert (ROOT / "pyproject.toml").is_file()
     fmt = steps["terraform-fmt"]["args"]
     assert (ROOT / fmt[-1]).is_dir()
-    # Entry point files named by the deploy steps exist, or the step skips a role not built yet.
+    # Every deploy step checks the entry point of its role, and every one exists now.
     for role in _roles():
         script = _script(steps[f"deploy-{role}"])
         path = f"functions/{role}/main.py"
-        assert path in script
-        if not (ROOT / path).is_file():
-            assert f"if [ ! -f {path} ]" in script and "exit 0" in script
+        assert f"test -f {path}" in script
+        assert (ROOT / path).is_file(), path
 
 
-def test_every_role_is_deployed_and_every_built_role_is_rolled_out() -> None:
+def test_every_service_of_every_role_is_rolled_out() -> None:
     steps = _steps()
+    module = (ROOT / "infra/modules/cloud_run_service/main.tf").read_text()
+    # The labels the deploy steps select by are the ones the module puts on every service.
+    assert '"noetl-stack" = var.stack, "noetl-role" = replace(var.role, "_", "-")' in module
+    assert "stack                 = var.name_prefix" in (ROOT / "infra/modules/stack/main.tf").read_text()
     for role in _roles():
         step = steps.get(f"deploy-{role}")
         assert step is not None, f"no deploy step for {role}"
         script = _script(step)
-        service = role.replace("_", "-")
-        assert f'gcloud run services update "${{_NAME_PREFIX}}-{service}"' in script
-        assert '--image "${_IMAGE}:${BUILD_ID}"' in script
+        label = role.replace("_", "-")
+        selector = f'--filter "metadata.labels.noetl-stack=${{_NAME_PREFIX}} AND metadata.labels.noetl-role={label}"'
+        assert f'gcloud run services list --region "${{_REGION}}" {selector}' in script
+        assert "for service in $$services; do" in script
+        assert 'gcloud run services update "$$service" --region "${_REGION}" --image "${_IMAGE}:${BUILD_ID}"' in script
         assert step["waitFor"] == ["migrate-database"]
+        # execute and ingress always exist (the smoke test needs ingress): none found is a failure.
+        if role in ("execute", "ingress"):
+            assert "exit 1; fi" in script
     deploy_steps = {i.removeprefix("deploy-") for i in steps if i.startswith("deploy-")}
     assert deploy_steps == set(_roles())
     built = {p.parent.name for p in (ROOT / "functions").glob("*/main.py")}
-    assert built <= deploy_steps
+    assert built == deploy_steps
 
 
 def test_migration_runs_as_the_cloud_run_job_terraform_creates() -> None:
@@ -93,10 +104,18 @@ def test_migration_runs_as_the_cloud_run_job_terraform_creates() -> None:
     assert 'args    = ["db", "upgrade"]' in stack and 'command = ["noetl-cloud"]' in stack
 
 
-def test_smoke_test_checks_the_ingress_health_endpoint() -> None:
-    script = _script(_steps()["smoke-test-ingress"])
-    assert '"${_NAME_PREFIX}-ingress"' in script
-    assert "/healthz" in script and "curl --fail" in script
+def test_smoke_tests_call_the_urls_terraform_configures() -> None:
+    ingress = _script(_steps()["smoke-test-ingress"])
+    assert 'url="https://${_NAME_PREFIX}-ingress-${PROJECT_NUMBER}.${_REGION}.run.app"' in ingress
+    assert "/healthz" in ingress and "curl --fail" in ingress
+    projector = _script(_steps()["smoke-test-projector"])
+    assert 'url="https://${_NAME_PREFIX}-projector-${PROJECT_NUMBER}.${_REGION}.run.app"' in projector
+    assert 'gcloud auth print-identity-token --audiences "$$url"' in projector
+    assert '"$$url/api/projector/status"' in projector
+    # The same deterministic URL form as the stack's, and the paths are routes Terraform names.
+    stack = (ROOT / "infra/modules/stack/main.tf").read_text()
+    assert '"https://${s.name}-${data.google_project.this.number}.${var.region}.run.app"' in stack
+    assert 'health              = { role = "*", method = "GET", path = "/healthz" }' in stack
 
 
 def test_substitutions_and_no_project_ids() -> None:
@@ -113,4 +132,4 @@ def test_substitutions_and_no_project_ids() -> None:
     assert not re.search(r"\b(?:us|europe|asia)-[a-z]+\d\b", text.replace("us-docker", ""))
     # Shell variables are escaped ($$), so Cloud Build substitutes only its own names.
     used = set(re.findall(r"(?<!\$)\$\{?([A-Z_][A-Z0-9_]*)", text))
-    assert used <= set(subs) | {"PROJECT_ID", "BUILD_ID"}, used - set(subs)
+    assert used <= set(subs) | {"PROJECT_ID", "PROJECT_NUMBER", "BUILD_ID"}, used - set(subs)

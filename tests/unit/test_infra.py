@@ -145,15 +145,31 @@ def test_the_role_map_has_every_role_and_every_entry_point() -> None:
     assert built <= roles, f"roles with code but no infrastructure: {sorted(built - roles)}"
 
 
+def _stack_locals() -> dict[str, Any]:
+    return {k: v for block in _parse(STACK / "main.tf").get("locals", []) for k, v in block.items()}
+
+
 def test_every_role_has_a_cloud_run_service_and_its_own_service_account() -> None:
     service = _module_calls(STACK / "main.tf")["service"]
     assert service["source"] == "../cloud_run_service"
-    assert service["for_each"] == "${var.roles}"
-    assert service["role"] == "${each.key}"
-    assert service["service_account_email"] == "${module.iam.role_emails[each.key]}"
+    assert service["for_each"] == "${local.services}"
+    assert service["role"] == "${each.value.role}"
+    assert service["service_account_email"] == "${module.iam.role_emails[each.value.role]}"
+    # local.services: a service per role, except worker (one per pool) and subscription_runtime (one
+    # per runtime subscription), each named after its role.
+    text = (STACK / "main.tf").read_text()
+    services = text[text.index("services = merge(") : text.index("service_url =")]
+    assert (
+        "for r in local.roles : r => {" in services
+        and 'if !contains(["worker", "subscription_runtime"], r)' in services
+    )
+    assert 'for p in var.pools : "worker-${p}" => {' in services and 'role         = "worker"' in services
+    assert 'if contains(local.roles, "worker")' in services
+    assert 'for n, s in var.runtime_subscriptions : "subscription_runtime-${n}" => {' in services
+    assert 'role         = "subscription_runtime"' in services and "subscription = s.path" in services
     crs = _resources(MODULES / "cloud_run_service" / "main.tf")
-    services = [body for rtype, _n, body in crs if rtype == "google_cloud_run_v2_service"]
-    assert len(services) == 1 and services[0]["template"][0]["service_account"] == "${var.service_account_email}"
+    services_tf = [body for rtype, _n, body in crs if rtype == "google_cloud_run_v2_service"]
+    assert len(services_tf) == 1 and services_tf[0]["template"][0]["service_account"] == "${var.service_account_email}"
 
     iam_call = _module_calls(STACK / "main.tf")["iam"]
     assert iam_call["roles"] == "${local.roles}"
@@ -166,6 +182,50 @@ def test_every_role_has_a_cloud_run_service_and_its_own_service_account() -> Non
     other_ids = [body["account_id"] for name, body in accounts.items() if name != "role"]
     for role in _roles():
         assert all(role.replace("_", "-") not in account for account in other_ids)
+
+
+def test_each_pool_pushes_to_its_own_worker_service() -> None:
+    pubsub = _module_calls(STACK / "main.tf")["pubsub"]
+    pools = pubsub["pools"]
+    assert "for p in var.pools : p =>" in pools
+    assert 'local.service_url["worker-${p}"]' in pools and "local.routes.worker_push.path" in pools
+    # Each worker service is told its pool and its own URL as the push audience.
+    text = (STACK / "main.tf").read_text()
+    env = text[text.index("service_env = {") : text.index("maintenance_jobs = {")]
+    assert re.search(r"NOETL_WORKER_POOL\s*=\s*s\.pool", env)
+    assert re.search(r"NOETL_WORKER_PUSH_AUDIENCE\s*=\s*local\.service_url\[k\]", env)
+
+
+def test_the_subscription_runtime_keeps_an_instance_with_cpu_and_is_probed_on_healthz() -> None:
+    roles = _roles()
+    runtime = roles["subscription_runtime"]
+    assert runtime["min_instances"] >= 1 and runtime["cpu_idle"] is False
+    validations = dict(_blocks(STACK / "variables.tf", "variable"))["roles"]["validation"]
+    assert any("subscription_runtime" in v["condition"] and "min_instances >= 1" in v["condition"] for v in validations)
+    service = _module_calls(STACK / "main.tf")["service"]
+    assert service["probes"]["path"] == "${local.routes.health.path}"
+    assert service["probes"]["liveness"] == '${each.value.role == "subscription_runtime"}'
+    assert _stack_locals()["routes"]["health"]["path"] == "/healthz"
+    crs = next(
+        b for t, _n, b in _resources(MODULES / "cloud_run_service" / "main.tf") if t == "google_cloud_run_v2_service"
+    )
+    container = crs["template"][0]["containers"][0]
+    assert container["startup_probe"][0]["http_get"][0]["path"] == "${var.probes.path}"
+    liveness = next(d["liveness_probe"] for d in container["dynamic"] if "liveness_probe" in d)
+    assert liveness["for_each"] == "${var.probes.liveness ? [var.probes.path] : []}"
+    assert container["resources"][0]["cpu_idle"] == "${var.resources.cpu_idle}"
+    assert service["resources"]["cpu_idle"] == "${var.roles[each.value.role].cpu_idle}"
+    assert service["scaling"]["min_instances"] == "${var.roles[each.value.role].min_instances}"
+
+
+def test_firestore_access_is_conditioned_on_the_one_database() -> None:
+    grants = [b for t, _n, b in _resources(MODULES / "iam" / "main.tf") if b.get("role") == "roles/datastore.user"]
+    assert len(grants) == 1
+    assert grants[0]["condition"][0]["expression"] == "${local.firestore_condition.expression}"
+    iam_locals = {k: v for b in _parse(MODULES / "iam" / "main.tf")["locals"] for k, v in b.items()}
+    expression = iam_locals["firestore_condition"]["expression"]
+    assert "databases/${var.resources.firestore_database}" in expression and expression.startswith("resource.name ==")
+    assert _module_calls(STACK / "main.tf")["iam"]["resources"]["firestore_database"] == "${module.firestore.name}"
 
 
 def test_only_ingress_is_public() -> None:
@@ -184,16 +244,21 @@ def test_only_ingress_is_public() -> None:
     callers = [
         call for path in TF_FILES for call in _module_calls(path).values() if call["source"] == "../cloud_run_service"
     ]
-    assert [c["allow_unauthenticated"] for c in callers] == ['${each.key == "ingress"}']
+    assert [c["allow_unauthenticated"] for c in callers] == ['${each.value.role == "ingress"}']
 
 
 def test_push_identity_invokes_only_worker_and_projector() -> None:
     iam_main = _parse(MODULES / "iam" / "main.tf")
-    invokers = next(b["invokers"] for b in iam_main["locals"] if "invokers" in b)
-    assert set(invokers) == set(_roles())
-    holders = {role for role, members in invokers.items() if "local.push_member" in str(members)}
+    callers = next(b["callers"] for b in iam_main["locals"] if "callers" in b)
+    assert set(callers) == set(_roles())
+    holders = {role for role, members in callers.items() if "local.push_member" in str(members)}
     assert holders == {"worker", "projector"}
-    assert invokers["ingress"] == []
+    assert callers["ingress"] == []
+    invokers = (MODULES / "iam" / "outputs.tf").read_text()
+    assert "local.callers[r]" in invokers
+    # The push identity's tokens open only the push endpoints: the projector's API allowlist drops it.
+    api_callers = next(b["api_callers"] for b in iam_main["locals"] if "api_callers" in b)
+    assert "m != local.push_member" in api_callers["projector"]
 
 
 def test_only_control_plane_roles_reach_cloud_sql() -> None:
@@ -328,3 +393,8 @@ def test_tfvars_examples_give_every_required_value() -> None:
         required = {name for name, body in _blocks(folder / "variables.tf", "variable") if "default" not in body}
         example = hcl2.loads((folder / "terraform.tfvars.example").read_text())
         assert required <= set(example), f"{env}: example lacks {sorted(required - set(example))}"
+        # The examples deploy every role: the runtime needs a subscription to hold, workers a pool.
+        assert set(example["roles"]) == set(_roles()), f"{env}: example roles {sorted(example['roles'])}"
+        assert example["runtime_subscriptions"] and example["pools"]
+        runtime = example["roles"]["subscription_runtime"]
+        assert runtime["min_instances"] >= 1 and runtime["cpu_idle"] is False

@@ -18,7 +18,8 @@ module "noetl" {
   roles                   = var.roles
   pools                   = var.pools
   webhook_secrets         = var.webhook_secrets
-  source_subscriptions    = var.source_subscriptions
+  runtime_subscriptions   = var.runtime_subscriptions
+  operators               = var.operators
   scheduled_subscriptions = var.scheduled_subscriptions
 
   tenant = {

@@ -30,7 +30,6 @@ variable "roles" {
     memory          = optional(string, "512Mi")
     cpu_idle        = optional(bool, true)
     ingress         = optional(string, "INGRESS_TRAFFIC_INTERNAL_ONLY")
-    push_path       = optional(string, "/")
     env             = optional(map(string), {})
     secret_env = optional(map(object({
       secret  = string
@@ -52,8 +51,17 @@ variable "webhook_secrets" {
   default     = []
 }
 
-variable "source_subscriptions" {
-  description = "Full ids of the users' Pub/Sub subscriptions that subscription_runtime pulls."
+variable "runtime_subscriptions" {
+  description = "Continuous pull subscriptions, one subscription_runtime service each: catalog path and the full id of the Pub/Sub subscription it pulls (see modules/stack)."
+  type = map(object({
+    path                = string
+    source_subscription = optional(string)
+  }))
+  default = {}
+}
+
+variable "operators" {
+  description = "Service accounts (serviceAccount:<email>) allowed to call the internal APIs of execute and projector (replay verification); people impersonate them."
   type        = set(string)
   default     = []
 }

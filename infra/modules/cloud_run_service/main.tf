@@ -1,9 +1,11 @@
 resource "google_cloud_run_v2_service" "this" {
-  project             = var.project_id
-  location            = var.region
-  name                = var.name
-  ingress             = var.ingress
-  labels              = merge(var.labels, { "noetl-role" = replace(var.role, "_", "-") })
+  project  = var.project_id
+  location = var.region
+  name     = var.name
+  ingress  = var.ingress
+  # noetl-stack and noetl-role let Cloud Build find every service of a role (a worker per pool, a
+  # runtime per subscription) to roll out a new image.
+  labels              = merge(var.labels, { "noetl-stack" = var.stack, "noetl-role" = replace(var.role, "_", "-") })
   deletion_protection = var.deletion_protection
 
   template {
@@ -37,6 +39,30 @@ resource "google_cloud_run_v2_service" "this" {
         }
         cpu_idle          = var.resources.cpu_idle
         startup_cpu_boost = var.resources.startup_cpu_boost
+      }
+
+      # The start command answers GET <probes.path> once the role's app is built (a missing setting
+      # fails the start probe, so a misconfigured revision never takes traffic).
+      startup_probe {
+        initial_delay_seconds = 0
+        period_seconds        = var.probes.period_seconds
+        timeout_seconds       = min(3, var.probes.period_seconds)
+        failure_threshold     = var.probes.startup_failure_threshold
+        http_get {
+          path = var.probes.path
+        }
+      }
+
+      dynamic "liveness_probe" {
+        for_each = var.probes.liveness ? [var.probes.path] : []
+        content {
+          period_seconds    = 30
+          timeout_seconds   = 5
+          failure_threshold = 3
+          http_get {
+            path = liveness_probe.value
+          }
+        }
       }
 
       env {

@@ -23,6 +23,28 @@ variable "role" {
   type        = string
 }
 
+variable "stack" {
+  description = "Name prefix of the deployment this service belongs to (label noetl-stack: Cloud Build rolls out the services of one stack)."
+  type        = string
+  default     = "noetl"
+}
+
+variable "probes" {
+  description = "Health checks on the container port: a startup probe on path (every service), and a liveness probe on the same path when liveness is true (the subscription runtime, whose loop runs beside its health server)."
+  type = object({
+    path                      = optional(string, "/healthz")
+    liveness                  = optional(bool, false)
+    period_seconds            = optional(number, 3)
+    startup_failure_threshold = optional(number, 40)
+  })
+  default = {}
+
+  validation {
+    condition     = startswith(var.probes.path, "/") && var.probes.period_seconds >= 1 && var.probes.startup_failure_threshold >= 1
+    error_message = "probes.path starts with /; period_seconds and startup_failure_threshold are at least 1."
+  }
+}
+
 variable "image" {
   description = "Image of the first revision. Later revisions are rolled out by Cloud Build (gcloud run services update --image), so Terraform ignores image changes."
   type        = string

@@ -8,7 +8,6 @@ locals {
   firestore_users = setintersection(var.roles, ["ingress", "spool_drainer", "subscription_runtime"])
   spool_users     = setintersection(var.roles, ["ingress", "spool_drainer", "subscription_runtime"])
   payload_writers = setintersection(var.roles, ["worker"])
-  payload_readers = setintersection(var.roles, ["projector"])
   publishers      = setintersection(var.roles, ["execute"])
   secret_readers  = setintersection(var.roles, ["execute"])
   source_pullers  = setintersection(var.roles, ["subscription_runtime"])
@@ -17,28 +16,46 @@ locals {
   push_member  = "serviceAccount:${google_service_account.push.email}"
   sched_member = "serviceAccount:${google_service_account.scheduler.email}"
 
-  # run.invoker of each service: the service accounts allowed to call it. ingress is public
+  # The callers of each role, as IAM members: run.invoker on its services, and (as emails) the
+  # allowlist its app checks ID tokens against (NOETL_INTERNAL_API_CALLERS). ingress is public
   # (allUsers, set by the stack on that one service); subscription_runtime is called by no one.
-  # The Pub/Sub push identity appears only under worker and projector.
-  invokers = {
-    execute = compact([
-      for caller in ["ingress", "worker", "spool_drainer", "subscription_runtime"] :
-      contains(var.roles, caller) ? local.role_members[caller] : ""
-    ])
-    frames               = compact([contains(var.roles, "worker") ? local.role_members["worker"] : ""])
+  # The Pub/Sub push identity appears only under worker and projector; the scheduler only under the
+  # roles its jobs call (execute: outbox sweep, command reaper, scheduled executions; frames: the
+  # reaper; spool_drainer: the drain).
+  callers = {
+    execute = concat(
+      [for c in ["ingress", "worker", "spool_drainer", "subscription_runtime"] : local.role_members[c] if contains(var.roles, c)],
+      [local.sched_member],
+      sort(tolist(var.operators)),
+    )
+    frames               = concat([for c in ["worker"] : local.role_members[c] if contains(var.roles, c)], [local.sched_member])
     worker               = [local.push_member]
-    projector            = [local.push_member]
-    spool_drainer        = []
+    projector            = concat([local.push_member], sort(tolist(var.operators)))
+    spool_drainer        = concat([for c in ["ingress", "subscription_runtime"] : local.role_members[c] if contains(var.roles, c)], [local.sched_member])
     subscription_runtime = []
     ingress              = []
   }
-  # The scheduler calls the control plane (outbox sweep, scheduled subscriptions), frames (reaper)
-  # and the drainer.
-  scheduler_targets = setintersection(var.roles, ["execute", "frames", "spool_drainer"])
+
+  # The ID-token allowlist of each role's internal API (/api/*, /drain): its callers less the push
+  # identity, whose tokens only the push endpoints (POST /) accept. The projector's API also admits
+  # the deployer, which Cloud Build uses to smoke-test it after a rollout.
+  api_callers = {
+    execute       = [for m in local.callers.execute : split(":", m)[1]]
+    frames        = [for m in local.callers.frames : split(":", m)[1]]
+    spool_drainer = [for m in local.callers.spool_drainer : split(":", m)[1]]
+    projector = concat(
+      [google_service_account.deployer.email],
+      [for m in local.callers.projector : split(":", m)[1] if m != local.push_member],
+    )
+  }
 
   cloudsql_condition = {
     title      = "noetl-instance-only"
     expression = "resource.name == \"projects/${var.project_id}/instances/${var.resources.cloudsql_instance}\" && resource.service == \"sqladmin.googleapis.com\""
+  }
+  firestore_condition = {
+    title      = "noetl-firestore-database-only"
+    expression = "resource.name == \"projects/${var.project_id}/databases/${var.resources.firestore_database}\""
   }
 
   cloudsql_members = merge(
@@ -120,12 +137,18 @@ resource "google_project_iam_member" "cloudsql_instance_user" {
 
 # -- Firestore: coordination state (circuits, leases, replay protection) --------------------------
 
+# Conditioned on the one database: the grant does not reach any other Firestore database of the project.
 resource "google_project_iam_member" "datastore_user" {
   for_each = local.firestore_users
 
   project = var.project_id
   role    = "roles/datastore.user"
   member  = local.role_members[each.key]
+
+  condition {
+    title      = local.firestore_condition.title
+    expression = local.firestore_condition.expression
+  }
 }
 
 # -- Pub/Sub: execute publishes commands and mirrors events; the runtime pulls user sources -------
@@ -182,14 +205,6 @@ resource "google_storage_bucket_iam_member" "payload_writer" {
   member = local.role_members[each.key]
 }
 
-resource "google_storage_bucket_iam_member" "payload_reader" {
-  for_each = local.payload_readers
-
-  bucket = var.resources.payload_bucket
-  role   = "roles/storage.objectViewer"
-  member = local.role_members[each.key]
-}
-
 # -- Secret Manager: the wallet is read by the control plane only ---------------------------------
 
 resource "google_secret_manager_secret_iam_member" "webhook_secret_accessor" {
@@ -205,6 +220,7 @@ resource "google_secret_manager_secret_iam_member" "webhook_secret_accessor" {
 
 resource "google_project_iam_member" "deployer" {
   for_each = toset(["roles/run.developer", "roles/logging.logWriter"])
+
 
   project = var.project_id
   role    = each.key

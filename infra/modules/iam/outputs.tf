@@ -29,19 +29,16 @@ output "cloudsql_accounts" {
 }
 
 output "invokers" {
-  description = "IAM members granted run.invoker on each role's service: the callers of the role, the scheduler on the services its jobs call, the push identity only on worker and projector."
+  description = "IAM members granted run.invoker on each role's services: the callers of the role, the scheduler on the services its jobs call, the push identity only on worker and projector, the operators on execute and projector, the deployer on projector (its post-rollout smoke test)."
   value = {
     for r in var.roles : r => toset(concat(
-      local.invokers[r],
-      contains(local.scheduler_targets, r) ? [local.sched_member] : [],
+      local.callers[r],
+      r == "projector" ? ["serviceAccount:${google_service_account.deployer.email}"] : [],
     ))
   }
 }
 
-output "execute_callers" {
-  description = "Emails allowed to call the internal API (NOETL_INTERNAL_API_CALLERS)."
-  value = concat(
-    [for r in setintersection(var.roles, ["ingress", "worker", "spool_drainer", "subscription_runtime"]) : google_service_account.role[r].email],
-    [google_service_account.scheduler.email],
-  )
+output "api_callers" {
+  description = "Emails whose Google ID tokens each role's internal API accepts (its NOETL_INTERNAL_API_CALLERS), for execute, frames, projector and spool_drainer."
+  value       = local.api_callers
 }

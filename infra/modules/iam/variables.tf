@@ -28,6 +28,7 @@ variable "resources" {
   description = "The resources the grants are scoped to (each grant names one resource, never the whole project, where the service allows it)."
   type = object({
     cloudsql_instance    = string
+    firestore_database   = string
     command_topics       = map(string)
     events_topic         = string
     spool_bucket         = string
@@ -39,4 +40,10 @@ variable "resources" {
       repository = string
     })
   })
+}
+
+variable "operators" {
+  description = "Service accounts (serviceAccount:<email>) allowed to call the internal APIs of execute and projector: run.invoker there and in the apps' allowlists."
+  type        = set(string)
+  default     = []
 }

@@ -5,16 +5,59 @@ data "google_project" "this" {
 }
 
 locals {
-  roles          = toset(keys(var.roles))
-  service_name   = { for r in local.roles : r => "${var.name_prefix}-${replace(r, "_", "-")}" }
-  control_plane  = setintersection(local.roles, ["execute", "frames", "projector"])
-  api_clients    = setintersection(local.roles, ["ingress", "worker", "spool_drainer", "subscription_runtime"])
-  network_egress = setunion(local.control_plane, ["migrate"])
+  roles         = toset(keys(var.roles))
+  control_plane = setintersection(local.roles, ["execute", "frames", "projector"])
+  api_clients   = setintersection(local.roles, ["ingress", "worker", "spool_drainer", "subscription_runtime"])
+
+  # One Cloud Run service per role, except worker (one per pool: each command topic pushes to its
+  # own service, so pools scale and fail independently) and subscription_runtime (one per held
+  # subscription). Keys: the role, worker-<pool>, subscription_runtime-<name>.
+  services = merge(
+    {
+      for r in local.roles : r => {
+        role         = r
+        name         = "${var.name_prefix}-${replace(r, "_", "-")}"
+        pool         = null
+        subscription = null
+      } if !contains(["worker", "subscription_runtime"], r)
+    },
+    {
+      for p in var.pools : "worker-${p}" => {
+        role         = "worker"
+        name         = "${var.name_prefix}-worker-${p}"
+        pool         = p
+        subscription = null
+      } if contains(local.roles, "worker")
+    },
+    {
+      for n, s in var.runtime_subscriptions : "subscription_runtime-${n}" => {
+        role         = "subscription_runtime"
+        name         = "${var.name_prefix}-runtime-${n}"
+        pool         = null
+        subscription = s.path
+      } if contains(local.roles, "subscription_runtime")
+    },
+  )
 
   # Deterministic Cloud Run URLs (https://<service>-<project number>.<region>.run.app): known at
-  # plan time, so the control plane can name its own URL as the audience of its ID tokens, and
+  # plan time, so every role can name its own URL as the audience of the ID tokens it accepts, and
   # push subscriptions and scheduler jobs can be planned before the services exist.
-  url = { for r in local.roles : r => "https://${local.service_name[r]}-${data.google_project.this.number}.${var.region}.run.app" }
+  service_url = { for k, s in local.services : k => "https://${s.name}-${data.google_project.this.number}.${var.region}.run.app" }
+  # The URL of each single-service role (worker and subscription_runtime have one per pool / subscription).
+  url = { for k, s in local.services : k => local.service_url[k] if k == s.role }
+
+  # Every path Terraform points a caller at, and the role that must serve it
+  # (tests/unit/test_infra_routes.py builds each role's app and proves the route exists).
+  routes = {
+    worker_push         = { role = "worker", method = "POST", path = "/" }
+    projector_push      = { role = "projector", method = "POST", path = "/" }
+    outbox_sweep        = { role = "execute", method = "POST", path = "/api/internal/outbox/sweep" }
+    command_reaper      = { role = "execute", method = "POST", path = "/api/internal/reaper" }
+    frame_reaper        = { role = "frames", method = "POST", path = "/api/internal/frames/reap" }
+    spool_drain         = { role = "spool_drainer", method = "POST", path = "/drain" }
+    scheduled_execution = { role = "execute", method = "POST", path = "/api/execute" }
+    health              = { role = "*", method = "GET", path = "/healthz" }
+  }
 
   command_topic_prefix = "${var.name_prefix}-commands-"
   events_topic         = "${var.name_prefix}-events"
@@ -33,18 +76,17 @@ locals {
     "storage.googleapis.com",
   ])
 
-  # -- environment of each role (every name is a NOETL_ setting: docs/configuration.md) --------
+  # -- environment of each service (every name is a NOETL_ setting: docs/configuration.md) -----
   common_env = {
-    NOETL_ENVIRONMENT           = "gcp"
-    NOETL_PROJECT_ID            = var.project_id
-    NOETL_REGION                = var.region
-    NOETL_LOG_LEVEL             = var.tenant.log_level
-    NOETL_TENANT_ID             = var.tenant.tenant_id
-    NOETL_ORGANIZATION_ID       = var.tenant.organization_id
-    NOETL_POOLS                 = join(",", sort(tolist(var.pools)))
-    NOETL_EVENTS_TOPIC          = local.events_topic
-    NOETL_COMMAND_TOPIC_PREFIX  = local.command_topic_prefix
-    NOETL_INTERNAL_API_AUDIENCE = local.url["execute"]
+    NOETL_ENVIRONMENT          = "gcp"
+    NOETL_PROJECT_ID           = var.project_id
+    NOETL_REGION               = var.region
+    NOETL_LOG_LEVEL            = var.tenant.log_level
+    NOETL_TENANT_ID            = var.tenant.tenant_id
+    NOETL_ORGANIZATION_ID      = var.tenant.organization_id
+    NOETL_POOLS                = join(",", sort(tolist(var.pools)))
+    NOETL_EVENTS_TOPIC         = local.events_topic
+    NOETL_COMMAND_TOPIC_PREFIX = local.command_topic_prefix
   }
   database_env = {
     NOETL_CLOUDSQL_INSTANCE = module.cloudsql.connection_name
@@ -52,81 +94,124 @@ locals {
     NOETL_DB_IAM_AUTH       = "true"
     NOETL_CLOUDSQL_IP_TYPE  = module.cloudsql.ip_type
   }
+  spool_env = {
+    NOETL_SPOOL_BACKEND = "gcs"
+    NOETL_SPOOL_BUCKET  = module.spool_bucket.name
+  }
+
+  # What each role needs at start, by role (docs/deploy.md, "What each service is configured with").
   role_env = {
-    for r in local.roles : r => merge(
+    execute = merge(local.database_env, {
+      NOETL_INTERNAL_API_AUDIENCE = try(local.url["execute"], "")
+      NOETL_INTERNAL_API_CALLERS  = join(",", module.iam.api_callers["execute"])
+      NOETL_SECRETS_BACKEND       = "secret_manager"
+      NOETL_INGRESS_PRINCIPALS    = try(module.iam.role_emails["ingress"], "")
+    })
+    frames = merge(local.database_env, {
+      NOETL_INTERNAL_API_AUDIENCE = try(local.url["frames"], "")
+      NOETL_INTERNAL_API_CALLERS  = join(",", module.iam.api_callers["frames"])
+    })
+    projector = merge(local.database_env, {
+      # /api/* (status, replay) for the operators; POST / for the events subscription's pushes.
+      NOETL_INTERNAL_API_AUDIENCE          = try(local.url["projector"], "")
+      NOETL_INTERNAL_API_CALLERS           = join(",", module.iam.api_callers["projector"])
+      NOETL_PROJECTOR_PUSH_AUDIENCE        = try(local.url["projector"], "")
+      NOETL_PROJECTOR_PUSH_SERVICE_ACCOUNT = module.iam.push_email
+    })
+    ingress = merge(local.spool_env, {
+      NOETL_API_URL               = local.url["execute"]
+      NOETL_INTERNAL_API_AUDIENCE = local.url["execute"]
+      NOETL_SPOOL_DRAINER_URL     = try(local.url["spool_drainer"], "")
+    })
+    worker = {
+      NOETL_API_URL                     = local.url["execute"]
+      NOETL_INTERNAL_API_AUDIENCE       = local.url["execute"]
+      NOETL_WORKER_PUSH_SERVICE_ACCOUNT = module.iam.push_email
+      NOETL_FRAMES_URL                  = try(local.url["frames"], "")
+      NOETL_PAYLOAD_BACKEND             = "gcs"
+      NOETL_PAYLOAD_BUCKET              = module.payload_bucket.name
+    }
+    spool_drainer = merge(local.spool_env, {
+      NOETL_API_URL               = local.url["execute"]
+      NOETL_INTERNAL_API_AUDIENCE = local.url["execute"]
+      # Its own URL: the audience of the ID tokens it accepts (scheduler, ingress, runtimes).
+      NOETL_SPOOL_DRAINER_URL    = try(local.url["spool_drainer"], "")
+      NOETL_INTERNAL_API_CALLERS = join(",", module.iam.api_callers["spool_drainer"])
+    })
+    subscription_runtime = merge(local.spool_env, {
+      NOETL_API_URL               = local.url["execute"]
+      NOETL_INTERNAL_API_AUDIENCE = local.url["execute"]
+      NOETL_SPOOL_DRAINER_URL     = try(local.url["spool_drainer"], "")
+    })
+  }
+
+  service_env = {
+    for k, s in local.services : k => merge(
       local.common_env,
-      contains(local.control_plane, r) ? merge(local.database_env, {
-        NOETL_DB_USER               = trimsuffix(module.iam.role_emails[r], ".gserviceaccount.com")
-        NOETL_INTERNAL_API_CALLERS  = join(",", module.iam.execute_callers)
-        NOETL_INTERNAL_API_AUDIENCE = local.url[r]
-      }) : {},
-      r == "execute" ? {
-        NOETL_SECRETS_BACKEND    = "secret_manager"
-        NOETL_INGRESS_PRINCIPALS = contains(local.roles, "ingress") ? module.iam.role_emails["ingress"] : ""
+      local.role_env[s.role],
+      contains(local.control_plane, s.role) ? {
+        NOETL_DB_USER = trimsuffix(module.iam.role_emails[s.role], ".gserviceaccount.com")
       } : {},
-      contains(local.api_clients, r) ? { NOETL_API_URL = local.url["execute"] } : {},
-      r == "worker" ? {
-        # The push subscriptions of every pool sign their OIDC tokens as the push identity, for this URL.
-        NOETL_WORKER_PUSH_AUDIENCE        = local.url["worker"]
-        NOETL_WORKER_PUSH_SERVICE_ACCOUNT = module.iam.push_email
+      s.role == "worker" ? {
+        NOETL_WORKER_POOL = s.pool
+        # The push subscription of this pool signs its OIDC token as the push identity, for this URL.
+        NOETL_WORKER_PUSH_AUDIENCE = local.service_url[k]
       } : {},
-      contains(["ingress", "spool_drainer", "subscription_runtime"], r) ? {
-        NOETL_SPOOL_BACKEND = "gcs"
-        NOETL_SPOOL_BUCKET  = module.spool_bucket.name
-      } : {},
-      r == "ingress" && contains(local.roles, "spool_drainer") ? { NOETL_SPOOL_DRAINER_URL = local.url["spool_drainer"] } : {},
-      r == "worker" && contains(local.roles, "frames") ? { NOETL_FRAMES_URL = local.url["frames"] } : {},
-      var.roles[r].env,
+      s.role == "subscription_runtime" ? { NOETL_SUBSCRIPTION_PATH = s.subscription } : {},
+      var.roles[s.role].env,
     )
   }
 
+  # The built-in jobs: each calls one route (local.routes) of a role, when that role is deployed
+  # and the job has work (the command reaper only once workers claim commands).
+  maintenance_jobs = {
+    outbox-sweep = {
+      description = "Publish outbox rows whose first publish failed (execute)."
+      schedule    = var.maintenance_schedules.outbox_sweep
+      route       = "outbox_sweep"
+      needs       = "execute"
+    }
+    command-reaper = {
+      description = "Re-issue commands whose claim lease expired; fail them after their attempts (execute)."
+      schedule    = var.maintenance_schedules.command_reaper
+      route       = "command_reaper"
+      needs       = "worker"
+    }
+    frame-reaper = {
+      description = "Release expired frame leases (frames)."
+      schedule    = var.maintenance_schedules.frame_reaper
+      route       = "frame_reaper"
+      needs       = "frames"
+    }
+    spool-drainer = {
+      description = "Drain spooled items whose downstream circuit has closed (spool_drainer)."
+      schedule    = var.maintenance_schedules.drainer
+      route       = "spool_drain"
+      needs       = "spool_drainer"
+    }
+  }
+
+  # Every job presents an OIDC token minted for the URL of the service it calls: the audience that
+  # service's app verifies (NOETL_INTERNAL_API_AUDIENCE, or NOETL_SPOOL_DRAINER_URL on the drainer).
   scheduler_jobs = merge(
     {
-      "${var.name_prefix}-outbox-sweep" = {
-        description = "Publish outbox rows whose first publish failed (execute)."
-        schedule    = var.maintenance_schedules.outbox_sweep
-        uri         = "${local.url["execute"]}/api/internal/outbox/sweep"
-        audience    = local.url["execute"]
+      for name, j in local.maintenance_jobs : "${var.name_prefix}-${name}" => {
+        description = j.description
+        schedule    = j.schedule
+        uri         = "${local.url[local.routes[j.route].role]}${local.routes[j.route].path}"
+        http_method = local.routes[j.route].method
+        audience    = local.url[local.routes[j.route].role]
         body        = "{}"
         time_zone   = "Etc/UTC"
-      }
+      } if contains(local.roles, j.needs) && contains(local.roles, local.routes[j.route].role)
     },
-    contains(local.roles, "worker") ? {
-      "${var.name_prefix}-command-reaper" = {
-        description = "Re-issue commands whose claim lease expired; fail them after their attempts (execute)."
-        schedule    = var.maintenance_schedules.command_reaper
-        uri         = "${local.url["execute"]}/api/internal/reaper"
-        audience    = local.url["execute"]
-        body        = "{}"
-        time_zone   = "Etc/UTC"
-      }
-    } : {},
-    contains(local.roles, "frames") ? {
-      "${var.name_prefix}-frame-reaper" = {
-        description = "Release expired frame leases (frames)."
-        schedule    = var.maintenance_schedules.frame_reaper
-        uri         = "${local.url["frames"]}/api/internal/frames/reap"
-        audience    = local.url["frames"]
-        body        = "{}"
-        time_zone   = "Etc/UTC"
-      }
-    } : {},
-    contains(local.roles, "spool_drainer") ? {
-      "${var.name_prefix}-spool-drainer" = {
-        description = "Drain spooled items whose downstream circuit has closed (spool_drainer)."
-        schedule    = var.maintenance_schedules.drainer
-        uri         = "${local.url["spool_drainer"]}/drain"
-        audience    = local.url["spool_drainer"]
-        body        = "{}"
-        time_zone   = "Etc/UTC"
-      }
-    } : {},
     {
       for name, s in var.scheduled_subscriptions : "${var.name_prefix}-sched-${name}" => {
         description = "Scheduled run of ${s.path}."
         schedule    = s.schedule
-        uri         = "${local.url["execute"]}/api/execute"
-        audience    = local.url["execute"]
+        uri         = "${local.url[local.routes.scheduled_execution.role]}${local.routes.scheduled_execution.path}"
+        http_method = local.routes.scheduled_execution.method
+        audience    = local.url[local.routes.scheduled_execution.role]
         body        = jsonencode({ path = s.path, workload = jsondecode(s.workload), meta = { scheduled_by = name } })
         time_zone   = s.time_zone
       }
@@ -190,14 +275,16 @@ module "iam" {
   project_id  = var.project_id
   name_prefix = var.name_prefix
   roles       = local.roles
+  operators   = var.operators
   resources = {
     cloudsql_instance    = module.cloudsql.instance_name
+    firestore_database   = module.firestore.name
     command_topics       = { for pool, t in module.pubsub.command_topics : pool => t.name }
     events_topic         = module.pubsub.events_topic.name
     spool_bucket         = module.spool_bucket.name
     payload_bucket       = module.payload_bucket.name
     webhook_secrets      = toset([for s in google_secret_manager_secret.webhook : s.secret_id])
-    source_subscriptions = var.source_subscriptions
+    source_subscriptions = toset([for s in values(var.runtime_subscriptions) : s.source_subscription if s.source_subscription != null])
     artifact_registry = {
       location   = google_artifact_registry_repository.images.location
       repository = google_artifact_registry_repository.images.repository_id
@@ -215,18 +302,16 @@ module "pubsub" {
   events_topic         = local.events_topic
   labels               = var.labels
   kms_key_name         = null
+  # Each pool's command topic pushes to that pool's own worker service, with an OIDC token for it.
   pools = {
-    for p in var.pools : p => contains(local.roles, "worker") ? {
-      push_endpoint = "${local.url["worker"]}${var.roles["worker"].push_path}"
-      audience      = local.url["worker"]
-      } : {
-      push_endpoint = null
-      audience      = null
+    for p in var.pools : p => {
+      push_endpoint = try("${local.service_url["worker-${p}"]}${local.routes.worker_push.path}", null)
+      audience      = try(local.service_url["worker-${p}"], null)
     }
   }
-  events_push = contains(local.roles, "projector") ? {
-    push_endpoint = "${local.url["projector"]}${var.roles["projector"].push_path}"
-    audience      = local.url["projector"]
+  events_push = contains(local.roles, local.routes.projector_push.role) ? {
+    push_endpoint = "${try(local.url[local.routes.projector_push.role], "")}${local.routes.projector_push.path}"
+    audience      = try(local.url[local.routes.projector_push.role], "")
   } : null
   push_service_account_email = module.iam.push_email
 
@@ -304,32 +389,39 @@ module "firestore" {
 
 module "service" {
   source   = "../cloud_run_service"
-  for_each = var.roles
+  for_each = local.services
 
   project_id            = var.project_id
   region                = var.region
-  name                  = local.service_name[each.key]
-  role                  = each.key
+  name                  = each.value.name
+  role                  = each.value.role
+  stack                 = var.name_prefix
   image                 = var.image
-  service_account_email = module.iam.role_emails[each.key]
-  env                   = local.role_env[each.key]
-  secret_env            = each.value.secret_env
-  ingress               = each.value.ingress
-  allow_unauthenticated = each.key == "ingress"
-  invokers              = module.iam.invokers[each.key]
-  vpc_access            = contains(local.control_plane, each.key) ? var.vpc_access : null
+  service_account_email = module.iam.role_emails[each.value.role]
+  env                   = local.service_env[each.key]
+  secret_env            = var.roles[each.value.role].secret_env
+  ingress               = var.roles[each.value.role].ingress
+  allow_unauthenticated = each.value.role == "ingress"
+  invokers              = module.iam.invokers[each.value.role]
+  vpc_access            = contains(local.control_plane, each.value.role) ? var.vpc_access : null
   deletion_protection   = var.deletion_protection
   labels                = var.labels
   scaling = {
-    min_instances   = each.value.min_instances
-    max_instances   = each.value.max_instances
-    concurrency     = each.value.concurrency
-    timeout_seconds = each.value.timeout_seconds
+    min_instances   = var.roles[each.value.role].min_instances
+    max_instances   = var.roles[each.value.role].max_instances
+    concurrency     = var.roles[each.value.role].concurrency
+    timeout_seconds = var.roles[each.value.role].timeout_seconds
   }
   resources = {
-    cpu      = each.value.cpu
-    memory   = each.value.memory
-    cpu_idle = each.value.cpu_idle
+    cpu      = var.roles[each.value.role].cpu
+    memory   = var.roles[each.value.role].memory
+    cpu_idle = var.roles[each.value.role].cpu_idle
+  }
+  # Every service answers GET /healthz once its app is built; the subscription runtime's loop is
+  # also watched by a liveness probe (its health server runs beside the loop).
+  probes = {
+    path     = local.routes.health.path
+    liveness = each.value.role == "subscription_runtime"
   }
 
   depends_on = [google_project_service.this, module.cloudsql]

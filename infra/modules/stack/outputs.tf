@@ -1,6 +1,6 @@
 output "service_urls" {
-  description = "URL of each role's service (the deterministic run.app form the roles are configured with)."
-  value       = local.url
+  description = "URL of each service (the deterministic run.app form the roles are configured with), keyed by role, worker-<pool> and subscription_runtime-<name>."
+  value       = local.service_url
 }
 
 output "ingress_url" {
@@ -14,8 +14,8 @@ output "execute_url" {
 }
 
 output "service_names" {
-  description = "Cloud Run service name of each role."
-  value       = local.service_name
+  description = "Cloud Run service name of each service, keyed as service_urls."
+  value       = { for k, svc in local.services : k => svc.name }
 }
 
 output "service_accounts" {
@@ -55,5 +55,5 @@ output "topics" {
 
 output "cloudbuild_substitutions" {
   description = "The --substitutions of gcloud builds submit for this stack."
-  value       = "_REGION=${var.region},_REPOSITORY=${google_artifact_registry_repository.images.repository_id},_NAME_PREFIX=${var.name_prefix},_ROLES=${join(" ", sort(tolist(local.roles)))}"
+  value       = "_REGION=${var.region},_REPOSITORY=${google_artifact_registry_repository.images.repository_id},_NAME_PREFIX=${var.name_prefix}"
 }

@@ -32,7 +32,7 @@ variable "image" {
 }
 
 variable "roles" {
-  description = "The roles to deploy, keyed by role name, with their Cloud Run sizing. Every role by default; a role left out gets no service, no service account and no grants."
+  description = "The roles to deploy, keyed by role name, with their Cloud Run sizing. Every role by default; a role left out gets no service, no service account and no grants. worker runs one service per pool (var.pools) and subscription_runtime one per entry of var.runtime_subscriptions, each with the role's sizing."
   type = map(object({
     min_instances   = optional(number, 0)
     max_instances   = optional(number, 10)
@@ -42,7 +42,6 @@ variable "roles" {
     memory          = optional(string, "512Mi")
     cpu_idle        = optional(bool, true)
     ingress         = optional(string, "INGRESS_TRAFFIC_INTERNAL_ONLY")
-    push_path       = optional(string, "/")
     env             = optional(map(string), {})
     secret_env = optional(map(object({
       secret  = string
@@ -71,13 +70,14 @@ variable "roles" {
       ingress = "INGRESS_TRAFFIC_ALL"
     }
     spool_drainer = {
+      ingress         = "INGRESS_TRAFFIC_ALL"
       concurrency     = 1
       max_instances   = 2
       timeout_seconds = 900
     }
     subscription_runtime = {
       min_instances = 1
-      max_instances = 4
+      max_instances = 1
       cpu_idle      = false
     }
   }
@@ -176,10 +176,34 @@ variable "webhook_secrets" {
   }
 }
 
-variable "source_subscriptions" {
-  description = "Full ids (projects/<p>/subscriptions/<s>) of the users' own Pub/Sub subscriptions that subscription_runtime pulls."
+variable "runtime_subscriptions" {
+  description = "Continuous pull subscriptions, keyed by a short name: one subscription_runtime service each (<prefix>-runtime-<name>), holding the catalog entry at path (NOETL_SUBSCRIPTION_PATH). source_subscription is the full id (projects/<p>/subscriptions/<s>) of the user's Pub/Sub subscription it pulls, granted pubsub.subscriber to the runtime's account; null for a NATS source."
+  type = map(object({
+    path                = string
+    source_subscription = optional(string)
+  }))
+  default = {}
+
+  validation {
+    condition     = alltrue([for name in keys(var.runtime_subscriptions) : can(regex("^[a-z][a-z0-9-]{0,30}$", name))])
+    error_message = "Runtime subscription names match ^[a-z][a-z0-9-]{0,30}$ (they name a Cloud Run service)."
+  }
+
+  validation {
+    condition     = alltrue([for s in values(var.runtime_subscriptions) : s.source_subscription == null || can(regex("^projects/[^/]+/subscriptions/[^/]+$", s.source_subscription))])
+    error_message = "source_subscription is a full subscription id: projects/<project>/subscriptions/<name>."
+  }
+}
+
+variable "operators" {
+  description = "Service accounts (serviceAccount:<email>) allowed to call the internal APIs of execute and projector (replay verification, noetl-cloud execute): granted run.invoker on those two services and listed in their NOETL_INTERNAL_API_CALLERS. The apps verify ID tokens minted for their URL, which a person gets by impersonating one of these accounts (docs/deploy.md)."
   type        = set(string)
   default     = []
+
+  validation {
+    condition     = alltrue([for m in var.operators : can(regex("^serviceAccount:[^@\\s]+@[^@\\s]+$", m))])
+    error_message = "Each operator is serviceAccount:<email> (a user's own ID token cannot carry a service's URL as its audience)."
+  }
 }
 
 variable "scheduled_subscriptions" {
