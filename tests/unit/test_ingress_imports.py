@@ -8,7 +8,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("sqlalchemy", "pyarrow", "alembic", "pg8000", "google.cloud.firestore", "google.cloud.pubsub_v1")
+# noetl_cloud.spec.playbook: the DSL models (a third of the ingress's import time when they were loaded with the spool's).
+HEAVY = (
+    "sqlalchemy",
+    "pyarrow",
+    "alembic",
+    "pg8000",
+    "google.cloud.firestore",
+    "google.cloud.pubsub_v1",
+    "noetl_cloud.spec.playbook",
+)
 
 PROBE = """
 import json, sys
