@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# noetl_cloud.spec.playbook: the DSL models (a third of the ingress's import time when they were loaded with the spool's).
+# The catalog document models: the spool needs only its own block (spec.spool), and the playbook
+# models were a third of the ingress's import time when the spool loaded them with the rest.
 HEAVY = (
     "sqlalchemy",
     "pyarrow",
@@ -17,6 +18,7 @@ HEAVY = (
     "google.cloud.firestore",
     "google.cloud.pubsub_v1",
     "noetl_cloud.spec.playbook",
+    "noetl_cloud.spec.subscription",
 )
 
 PROBE = """
