@@ -204,7 +204,9 @@ def test_six_messages_run_to_completion_with_routes_trace_and_the_whole_lifecycl
         harness = Harness(database_url, stack.env, str(stack.api.base_url))
         try:
             harness.register()
-            harness.start()
+            # A stream cancelled by the pause leaves what the emulator had pushed to it leased until the
+            # lease runs out: a short lease keeps the resumed delivery within the test's wait.
+            harness.start(NOETL_RUNTIME_LEASE_EXTENSION_S="10")
             sid = harness.subscription_id()
             ids = [
                 harness.publish(
