@@ -100,7 +100,6 @@ def test_a_claim_that_expires_during_a_slow_forward_does_not_fail_the_accepted_d
     assert outcome.status == "accepted" and outcome.http_status == 202
 
 
-
 def test_an_accepted_pubsub_push_is_answered_200_and_a_webhook_202() -> None:
     """The Pub/Sub emulator redelivers a push answered 202 again and again (it found by
     tests/e2e/test_faults.py): a delivery from a Pub/Sub push source is acknowledged with 200."""
