@@ -460,11 +460,12 @@ class FaultStack:
         pending = set(execution_ids)
         deadline = time.monotonic() + timeout
         with ThreadPoolExecutor(4) as pool:
-            while pending and time.monotonic() < deadline:
+            while pending:  # at least one pass, also with no time to wait
                 done = dict(zip(pending, pool.map(self.verify, pending), strict=True))
                 pending = {eid for eid, ok in done.items() if not ok}
-                if pending:
-                    time.sleep(1.0)
+                if not pending or time.monotonic() >= deadline:
+                    break
+                time.sleep(1.0)
         return len(execution_ids) - len(pending)
 
     def measure(self, outcome: Outcome, keys: list[str], parity_wait_s: float = 90.0) -> Outcome:

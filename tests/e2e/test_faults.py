@@ -203,7 +203,7 @@ def test_postgres_restarted(stack: FaultStack, outcomes: list[Outcome]) -> None:
 def test_pubsub_emulator_restarted(stack: FaultStack, outcomes: list[Outcome]) -> None:
     """The emulator keeps nothing across a restart: topics and subscriptions are created again (as
     Terraform holds them); whatever it held is gone, and PostgreSQL's outbox and command rows must
-    carry the flow. Stuck commands never recover, so 60 s show it as well as any longer wait."""
+    carry the flow. Stuck commands never recover, so 30 s show it as well as any longer wait."""
     scenario, keys, t0 = "pubsub restarted", keys_of("pubsub restarted"), time.monotonic()
     client = stack.submit_all(keys, pace_s=0.03)
     wait_for(lambda: started(stack, scenario) >= 60, 120, "60 executions")
@@ -211,4 +211,4 @@ def test_pubsub_emulator_restarted(stack: FaultStack, outcomes: list[Outcome]) -
     stack.start_components()
     stack.ensure_pubsub()
     client.join(timeout=180)
-    prove(stack, outcomes, scenario, keys, t0, settle_s=60.0)
+    prove(stack, outcomes, scenario, keys, t0, settle_s=30.0)
