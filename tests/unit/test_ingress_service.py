@@ -98,3 +98,23 @@ def test_a_claim_that_expires_during_a_slow_forward_does_not_fail_the_accepted_d
 
     outcome = service(Api(during=slow), kv, now).handle("hooks", CONFIG, body, signed(body, "msg_3", now))
     assert outcome.status == "accepted" and outcome.http_status == 202
+
+
+def test_an_accepted_pubsub_push_is_answered_200_and_a_webhook_202() -> None:
+    """The Pub/Sub emulator redelivers a push answered 202 again and again (it found by
+    tests/e2e/test_faults.py): a delivery from a Pub/Sub push source is acknowledged with 200."""
+    import json
+
+    clock, now = Clock(), 1_800_000_000
+    pubsub = {
+        **CONFIG,
+        "source": "pubsub",
+        "verify": {"type": "bearer", "query_param": "token", "secret": "push-secret"},
+    }
+    envelope = {"message": {"data": base64.b64encode(b'{"a": 1}').decode(), "attributes": {}, "messageId": "ps-1"}}
+    svc = service(Api(), InMemoryKeyValueStore(clock=clock), now)
+    pushed = svc.handle("hooks", pubsub, json.dumps(envelope).encode(), [], {"token": "push-secret"})
+    assert (pushed.status, pushed.http_status) == ("accepted", 200)
+    body = b'{"a": 1}'
+    hooked = svc.handle("hooks", CONFIG, body, signed(body, "msg_4", now))
+    assert (hooked.status, hooked.http_status) == ("accepted", 202)

@@ -1,0 +1,507 @@
+"""The private stack of the fault-injection suite (tests/e2e/test_faults.py) and its drivers.
+
+One :class:`FaultStack` per module: its own LocalStack (state folder under a tmp path, its own port
+range), every role started on a fixed port of that range under gunicorn (the runtime as its
+container runs it), the Pub/Sub topics and push subscriptions Terraform would create, a scheduler
+thread standing in for Cloud Scheduler (reaper, outbox sweep, spool drain), and an effect sink: the
+playbook's one task POSTs its message key there, so a message that ran twice is seen twice.
+
+Nothing here fakes a service: PostgreSQL, the Pub/Sub and Firestore emulators and fake-gcs-server
+are the real components of the local stack; the faults are real signals to real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from google.api_core.exceptions import AlreadyExists
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import pubsub_v1, storage
+from sqlalchemy import Engine, create_engine, text
+
+from noetl_cloud.db.engine import normalize_url
+from noetl_cloud.local.components import PROJECT_ID
+from noetl_cloud.local.process import stop_group, wait_until
+from noetl_cloud.local.stack import ROLE_PORTS, LocalStack
+from noetl_cloud.web.client import ApiClient, static_token
+from tests.e2e.roles import ROOT, start, start_runtime
+from tests.e2e.test_subscription_runtime import subscription as pull_subscription
+
+TOKEN = secrets.token_hex(16)
+PUSH_TOKEN = secrets.token_hex(12)
+ENDED = ("completed", "failed", "cancelled")
+COMMANDS = "noetl-commands-shared"
+EVENTS = "noetl-events"
+INBOUND = "faults-inbound"  # the topic a source publishes to; pushed to the ingress
+PULL = "faults-pull"  # the topic the subscription runtime pulls
+LISTENER = "faults"
+PLAYBOOK = "faults/effect"
+
+PLAYBOOK_YAML = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: effect, path: {path}}}
+workload: {{effect_url: "{effect_url}", payload: {{}}}}
+workflow:
+  - step: start
+    tool:
+      kind: http
+      method: POST
+      url: "{{{{ workload.effect_url }}}}"
+      json: {{key: "{{{{ workload.payload.key }}}}"}}
+"""
+
+PUSH_SUBSCRIPTION = f"""\
+apiVersion: noetl.io/v1
+kind: Subscription
+metadata: {{name: {LISTENER}, path: subscriptions/{LISTENER}}}
+spec:
+  source: pubsub
+  mode: push
+  ingress:
+    gateway_path: /ingress/{LISTENER}
+    verify: {{type: bearer, query_param: token, secret: push_token}}
+  dispatch: {{playbook: {PLAYBOOK}, payload_from: message.json}}
+  headers:
+    directives:
+      - {{header: x-idempotency-key, controls: idempotency_key}}
+  dedup: {{enabled: true, window_secs: 3600}}
+  spool:
+    mode: buffer_and_ack
+    backend: gcs
+    ordering: none
+    circuit: {{trip_after: 3, probe_after_ms: 500}}
+    drain: {{rate_per_sec: 200, max_replay_attempts: 10}}
+"""
+
+
+class EffectSink:
+    """The external system the playbook acts on: counts the POSTs per message key."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                with sink._lock:
+                    sink.counts[str(body.get("key"))] += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/effect"
+
+    def of(self, keys: Iterable[str]) -> dict[str, int]:
+        with self._lock:
+            return {key: self.counts.get(key, 0) for key in keys}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class Outcome:
+    """What one scenario measured."""
+
+    scenario: str
+    messages_in: int
+    executions: int = 0
+    duplicates: int = 0
+    lost: int = 0
+    terminal: int = 0
+    completed: int = 0
+    effect_reruns: int = 0
+    parity_ok: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+class FaultStack:
+    """The suite's own stack and roles; every role can be SIGKILLed and started again on its port."""
+
+    def __init__(self, state_dir: Path, port_base: int) -> None:
+        self.stack = LocalStack(state_dir, port_base, root=ROOT)
+        self.port_base = port_base
+        self.env: dict[str, str] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.sink = EffectSink()
+        self.http = urllib3.PoolManager(maxsize=16)
+        self._stop = threading.Event()
+        self._scheduler: threading.Thread | None = None
+        self.engine: Engine | None = None
+        self.api: ApiClient | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def port(self, role: str) -> int:
+        return self.port_base + ROLE_PORTS[role]
+
+    def url(self, role: str) -> str:
+        return f"http://127.0.0.1:{self.port(role)}"
+
+    def up(self) -> None:
+        base = self.stack.up(echo=lambda _line: None)
+        self.bucket = f"faults-spool-{secrets.token_hex(4)}"
+        self.env = {
+            **base,
+            "NOETL_PROJECT_ID": PROJECT_ID,
+            "NOETL_POOLS": "shared",
+            "NOETL_INTERNAL_API_TOKEN": TOKEN,
+            "NOETL_API_URL": self.url("execute"),
+            "NOETL_WORKER_POOL": "shared",
+            "NOETL_WORKER_PUSH_TOKEN": PUSH_TOKEN,
+            "NOETL_PROJECTOR_PUSH_TOKEN": PUSH_TOKEN,
+            "NOETL_SECRET_PUSH_TOKEN": PUSH_TOKEN,
+            # A killed worker's command is re-issued by the reaper once its lease (heartbeated every
+            # second) has run out.
+            "NOETL_COMMAND_LEASE_S": "4",
+            "NOETL_WORKER_HEARTBEAT_S": "1",
+            "NOETL_COMMAND_MAX_ATTEMPTS": "6",
+            "NOETL_SPOOL_BUCKET": self.bucket,
+            "NOETL_SPOOL_LEASE_TTL_S": "3",
+            "NOETL_SPOOL_DRAINER_URL": self.url("spool_drainer"),
+            "NOETL_KV_COLLECTION": f"faults-{secrets.token_hex(4)}",
+        }
+        for key in ("PUBSUB_EMULATOR_HOST", "FIRESTORE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST"):
+            os.environ[key] = self.env[key]
+        self.engine = create_engine(normalize_url(self.env["NOETL_DATABASE_URL"]), pool_pre_ping=True)
+        gcs = storage.Client(
+            project=PROJECT_ID,
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": self.env["STORAGE_EMULATOR_HOST"]},
+        )
+        gcs.create_bucket(self.bucket)
+        gcs.close()
+        self.ensure_pubsub()
+        for name in ("execute", "worker", "projector", "ingress", "spool_drainer"):
+            self.start_role(name)
+        self.api = ApiClient(self.url("execute"), token_source=static_token(TOKEN), timeout_s=30)
+        self.api.post(
+            "/api/catalog", json={"content": PLAYBOOK_YAML.format(path=PLAYBOOK, effect_url=self.sink.url)}
+        ).raise_for_error()
+        self.api.post("/api/catalog", json={"content": PUSH_SUBSCRIPTION}).raise_for_error()
+        sid = self.api.post("/api/subscriptions/register", json={"path": f"subscriptions/{LISTENER}"}).json[
+            "subscription_id"
+        ]
+        self.api.post(f"/api/subscriptions/{sid}/activate").raise_for_error()
+        content = pull_subscription(
+            "faults-pull",
+            f"projects/{PROJECT_ID}/subscriptions/{PULL}",
+            dispatch={"playbook": PLAYBOOK},
+            headers={"directives": [{"header": "x-idempotency-key", "controls": "idempotency_key"}]},
+            dedup={"enabled": True, "window_secs": 3600},
+            runtime={"max_in_flight": 50},
+        )
+        self.api.post("/api/catalog", json={"content": content}).raise_for_error()
+        self.start_role("subscription_runtime")
+        self._scheduler = threading.Thread(target=self._schedule, name="faults-scheduler", daemon=True)
+        self._scheduler.start()
+
+    def down(self) -> None:
+        self._stop.set()
+        if self._scheduler is not None:
+            self._scheduler.join(timeout=30)
+        for name in list(self.procs):
+            self.stop_role(name)
+        if self.api is not None:
+            self.api.close()
+        if self.engine is not None:
+            self.engine.dispose()
+        self.sink.close()
+        self.stack.down(echo=lambda _line: None, purge=True)
+
+    # -- roles ----------------------------------------------------------------------------------
+
+    def role_env(self, name: str) -> dict[str, str]:
+        if name == "worker":
+            return {**self.env, "NOETL_WORKER_ID": f"worker-faults-{time.monotonic_ns()}"}
+        if name == "subscription_runtime":
+            return {**self.env, "NOETL_SUBSCRIPTION_PATH": "subscriptions/faults-pull", "NOETL_RUNTIME_POLL_S": "0.5"}
+        return self.env
+
+    def start_role(self, name: str) -> None:
+        if name == "subscription_runtime":
+            self.procs[name] = start_runtime(self.role_env(name), self.port(name))
+            assert wait_until(lambda: self.runtime_phase() == "pulling", timeout=60), self.runtime_phase()
+            return
+        threads = {"worker": 8, "execute": 8, "projector": 4}.get(name, 4)
+        self.procs[name] = start(name, self.role_env(name), self.port(name), workers=2, threads=threads)
+
+    def kill_role(self, name: str) -> None:
+        """SIGKILL the role's whole process group (gunicorn's arbiter and its workers)."""
+        proc = self.procs.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def stop_role(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        stop_group(proc.pid, timeout=10)
+        proc.wait()
+
+    def runtime_phase(self) -> str:
+        try:
+            response = self.http.request("GET", f"{self.url('subscription_runtime')}/status", timeout=5)
+            return str(json.loads(response.data).get("phase"))
+        except (urllib3.exceptions.HTTPError, ValueError):
+            return "down"
+
+    # -- components -----------------------------------------------------------------------------
+
+    def stop_component(self, name: str) -> None:
+        recorded = self.stack._load()["components"][name]
+        self.stack.components()[name].stop(int(recorded["pid"]))
+
+    def start_components(self) -> None:
+        """``up`` again: starts what is not running (and re-applies migrations and topics)."""
+        self.stack.up(echo=lambda _line: None)
+
+    # -- Pub/Sub: what Terraform creates --------------------------------------------------------
+
+    def ensure_pubsub(self) -> None:
+        publisher = pubsub_v1.PublisherClient()
+        subscriber = pubsub_v1.SubscriberClient()
+        try:
+            for topic in (COMMANDS, EVENTS, INBOUND, PULL):
+                try:
+                    publisher.create_topic(name=publisher.topic_path(PROJECT_ID, topic))
+                except AlreadyExists:
+                    pass
+            pushes = [
+                (COMMANDS, f"{COMMANDS}-worker", f"{self.url('worker')}/?token={PUSH_TOKEN}", False),
+                (EVENTS, f"{EVENTS}-projector", f"{self.url('projector')}/?token={PUSH_TOKEN}", True),
+                (INBOUND, f"{INBOUND}-ingress", f"{self.url('ingress')}/ingress/{LISTENER}?token={PUSH_TOKEN}", False),
+            ]
+            for topic, name, endpoint, ordered in pushes:
+                request: dict[str, Any] = {
+                    "name": subscriber.subscription_path(PROJECT_ID, name),
+                    "topic": publisher.topic_path(PROJECT_ID, topic),
+                    "push_config": {"push_endpoint": endpoint},
+                    "ack_deadline_seconds": 30,
+                    "enable_message_ordering": ordered,
+                }
+                try:
+                    subscriber.create_subscription(request=request)
+                except AlreadyExists:
+                    pass
+            try:
+                subscriber.create_subscription(
+                    name=subscriber.subscription_path(PROJECT_ID, PULL),
+                    topic=publisher.topic_path(PROJECT_ID, PULL),
+                    ack_deadline_seconds=10,
+                )
+            except AlreadyExists:
+                pass
+        finally:
+            subscriber.close()
+
+    def publish(self, topic: str, keys: list[str], pace_s: float = 0.0) -> None:
+        publisher = pubsub_v1.PublisherClient()
+        path = publisher.topic_path(PROJECT_ID, topic)
+        futures = []
+        for key in keys:
+            futures.append(publisher.publish(path, json.dumps({"key": key}).encode(), **{"x-idempotency-key": key}))
+            if pace_s:
+                time.sleep(pace_s)
+        for future in futures:
+            future.result(timeout=60)
+
+    # -- the scheduler (Cloud Scheduler's jobs) -------------------------------------------------
+
+    def _schedule(self) -> None:
+        last_drain = 0.0
+        while not self._stop.wait(1.0):
+            for path in ("/api/internal/reaper", "/api/internal/outbox/sweep"):
+                self._call(self.url("execute") + path)
+            if time.monotonic() - last_drain >= 2.0:
+                last_drain = time.monotonic()
+                self._call(self.url("spool_drainer") + "/drain", timeout=60)
+
+    def _call(self, url: str, timeout: float = 30) -> None:
+        try:
+            self.http.request(
+                "POST",
+                url,
+                body=b"{}",
+                headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+                timeout=timeout,
+                retries=False,
+            )
+        except urllib3.exceptions.HTTPError:
+            pass  # the role is down: the next tick tries again
+
+    # -- the execute API driver -----------------------------------------------------------------
+
+    def submit(self, key: str, deadline_s: float = 180.0) -> None:
+        """One client request, retried until accepted (the dedup key makes a retry idempotent)."""
+        body = {
+            "path": PLAYBOOK,
+            "workload": {"payload": {"key": key}},
+            "dedup": {"key": key, "window_secs": 3600},
+            "meta": {"message_id": key},
+        }
+        deadline = time.monotonic() + deadline_s
+        pause = 0.2
+        while True:
+            try:
+                response = self.http.request(
+                    "POST",
+                    self.url("execute") + "/api/execute",
+                    body=json.dumps(body).encode(),
+                    headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+                    timeout=urllib3.Timeout(connect=2, read=20),
+                    retries=False,
+                )
+                if response.status in (200, 201, 202):
+                    return
+                if response.status < 500 and response.status != 429:
+                    raise AssertionError(f"execute refused {key}: {response.status} {response.data[:300]!r}")
+            except urllib3.exceptions.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"execute never accepted {key}")
+            time.sleep(pause)
+            pause = min(2.0, pause * 2)
+
+    def submit_all(self, keys: list[str], pace_s: float = 0.0) -> threading.Thread:
+        """Submit ``keys`` from 8 client threads, in the background; the thread to join."""
+
+        def run() -> None:
+            with ThreadPoolExecutor(8) as pool:
+                futures = []
+                for key in keys:
+                    futures.append(pool.submit(self.submit, key))
+                    if pace_s:
+                        time.sleep(pace_s)
+                for future in futures:
+                    future.result()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    # -- measuring ------------------------------------------------------------------------------
+
+    def spooled(self) -> int:
+        """Items waiting in the spool's bucket (dead letters aside); 0 while GCS is away."""
+        gcs = storage.Client(
+            project=PROJECT_ID,
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": self.env["STORAGE_EMULATOR_HOST"]},
+        )
+        try:
+            return sum(1 for blob in gcs.list_blobs(self.bucket) if "/dlq/" not in blob.name)
+        except Exception:  # noqa: BLE001 - fake-gcs-server may be the component taken away
+            return 0
+        finally:
+            gcs.close()
+
+    def sql(self, statement: str, **params: Any) -> list[Any]:
+        assert self.engine is not None
+        with self.engine.connect() as conn:
+            return list(conn.execute(text(statement), params).all())
+
+    def executions(self, scenario: str) -> list[Any]:
+        """(execution_id, status, key) of every execution of the scenario's messages."""
+        try:
+            return self.sql(
+                "SELECT execution_id, status, workload->'payload'->>'key' AS key FROM execution "
+                "WHERE path = :p AND workload->'payload'->>'key' LIKE :k",
+                p=PLAYBOOK,
+                k=f"{scenario}-%",
+            )
+        except Exception:  # noqa: BLE001 - PostgreSQL may be the component being restarted
+            return []
+
+    def settled(self, scenario: str, keys: list[str]) -> bool:
+        rows = self.executions(scenario)
+        return {r.key for r in rows} >= set(keys) and all(r.status in ENDED for r in rows)
+
+    def verify(self, execution_id: int) -> bool:
+        query = f"tenant_id=default&organization_id=default&execution_id={execution_id}"
+        response = self.http.request(
+            "GET",
+            f"{self.url('execute')}/api/replay/verify?{query}",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=30,
+        )
+        assert response.status == 200, response.data[:300]
+        return bool(json.loads(response.data)["ok"])
+
+    def parity(self, execution_ids: list[int], timeout: float = 90.0) -> int:
+        """How many executions' projections equal a fresh fold, waiting for the projector to catch up."""
+        pending = set(execution_ids)
+        deadline = time.monotonic() + timeout
+        with ThreadPoolExecutor(4) as pool:
+            while pending:  # at least one pass, also with no time to wait
+                done = dict(zip(pending, pool.map(self.verify, pending), strict=True))
+                pending = {eid for eid, ok in done.items() if not ok}
+                if not pending or time.monotonic() >= deadline:
+                    break
+                time.sleep(1.0)
+        return len(execution_ids) - len(pending)
+
+    def measure(self, outcome: Outcome, keys: list[str], parity_wait_s: float = 90.0) -> Outcome:
+        rows = self.executions(outcome.scenario)
+        per_key = Counter(r.key for r in rows)
+        outcome.executions = len(rows)
+        outcome.duplicates = sum(n - 1 for n in per_key.values() if n > 1)
+        outcome.lost = sum(1 for key in keys if per_key.get(key, 0) == 0)
+        outcome.terminal = sum(1 for r in rows if r.status in ENDED)
+        outcome.completed = sum(1 for r in rows if r.status == "completed")
+        effects = self.sink.of(keys)
+        outcome.effect_reruns = sum(n - 1 for n in effects.values() if n > 1)
+        missing_effects = [k for k, n in effects.items() if n == 0]
+        if missing_effects:
+            outcome.notes.append(f"{len(missing_effects)} keys without an effect")
+        outcome.parity_ok = self.parity([int(r.execution_id) for r in rows], timeout=parity_wait_s)
+        return outcome
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
+    assert wait_until(check, timeout=timeout, interval=0.3), f"timed out after {timeout:.0f} s waiting for {what}"
+
+
+def table(outcomes: list[Outcome]) -> list[str]:
+    head = (
+        f"{'scenario':<24} {'msgs in':>7} {'execs':>6} {'dups':>5} {'lost':>5} {'terminal':>8} "
+        f"{'completed':>9} {'reruns':>6} {'parity':>6} {'secs':>6}"
+    )
+    lines = [head, "-" * len(head)]
+    for o in outcomes:
+        lines.append(
+            f"{o.scenario:<24} {o.messages_in:>7} {o.executions:>6} {o.duplicates:>5} {o.lost:>5} "
+            f"{o.terminal:>8} {o.completed:>9} {o.effect_reruns:>6} {o.parity_ok:>6} {o.seconds:>6.1f}"
+            + (f"  ({'; '.join(o.notes)})" if o.notes else "")
+        )
+    return lines
+
+
+__all__ = ["ENDED", "FaultStack", "Outcome", "table", "wait_for"]
