@@ -73,6 +73,9 @@ class Settings(BaseModel):
     # issued before it fails with ``lease_expired``.
     command_lease_s: Annotated[float, Field(ge=1, le=3600)] = 60.0
     command_max_attempts: Annotated[int, Field(ge=1, le=100)] = 3
+    # A command nobody claimed this long after its notification was published gets its notification
+    # published again by the reaper (a lost message; the claim is atomic, so a spare one is harmless).
+    command_renotify_after_s: Annotated[float, Field(ge=1, le=86_400)] = 300.0
 
     # The worker role (docs/distributed.md): its pool and identity, how its push endpoint is
     # authenticated, how often it extends a claim lease (at most every third of the lease).

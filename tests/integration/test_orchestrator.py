@@ -165,7 +165,7 @@ def test_the_reaper_reissues_an_expired_claim_and_the_execution_completes(
     (command_id,) = driver.issued(eid)
     assert driver.claim(command_id).status_code == 200  # this worker then dies
     _expire(plane, command_id)
-    assert client.post("/api/internal/reaper").get_json() == {"expired": 1, "reissued": 1, "failed": 0}
+    assert client.post("/api/internal/reaper").get_json() == {"expired": 1, "reissued": 1, "failed": 0, "renotified": 0}
     assert driver.issued(eid) == [command_id]
     command = client.get(f"/api/commands/{command_id}").get_json()
     assert command["attempt"] == 2 and command["status"] == "issued"
@@ -193,6 +193,45 @@ def test_the_reaper_fails_a_command_out_of_attempts_and_routes_step_failed(
     detail = driver.status(eid)
     assert detail["status"] == "failed"
     assert detail["error"]["kind"] == "step_failed" and detail["error"]["error"]["kind"] == "lease_expired"
+
+
+def _age(plane: ControlPlane, command_id: str, seconds: int) -> None:
+    with plane.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE command SET updated_at = now() - make_interval(secs => :s) WHERE command_id = :id"),
+            {"s": seconds, "id": int(command_id)},
+        )
+
+
+def test_the_reaper_publishes_again_the_notification_of_a_command_nobody_claimed(
+    driver: Driver, client: FlaskClient, plane: ControlPlane, topics: Topics
+) -> None:
+    register(client, playbook("domain/handle"))
+    eid = driver.start("domain/handle")
+    claimed_eid = driver.start("domain/handle")
+    (command_id,) = driver.issued(eid)
+    (claimed_id,) = driver.issued(claimed_eid)
+    assert sorted(m.attributes["command_id"] for m in topics.pull("shared", 2)) == sorted([command_id, claimed_id])
+    assert driver.claim(claimed_id).status_code == 200  # claimed: its notification did its job
+    _age(plane, claimed_id, 3600)
+
+    _age(plane, command_id, 299)  # NOETL_COMMAND_RENOTIFY_AFTER_S defaults to 300
+    assert client.post("/api/internal/reaper").get_json()["renotified"] == 0
+    _age(plane, command_id, 301)  # the notification was lost: nobody claimed it in time
+    assert client.post("/api/internal/reaper").get_json()["renotified"] == 1
+    (again,) = topics.pull("shared", 1)
+    assert again.attributes["command_id"] == command_id and again.attributes["execution_id"] == eid
+    assert client.post("/api/internal/reaper").get_json()["renotified"] == 0  # once a period, not every run
+    with plane.engine.connect() as conn:
+        outbox = conn.execute(
+            text(
+                "SELECT o.status, o.attempts FROM outbox o JOIN command c ON o.event_id = c.issued_event_id "
+                "WHERE c.command_id = :id AND o.topic LIKE :commands"
+            ),
+            {"id": int(command_id), "commands": plane.settings.command_topic_prefix + "%"},
+        ).one()
+    assert (outbox.status, outbox.attempts) == ("published", 2)
+    assert driver.run_to_end(eid)["status"] == "completed"  # the renotified command runs as usual
 
 
 def test_a_child_runs_on_its_parents_pool_unless_the_request_names_one(driver: Driver, client: FlaskClient) -> None:

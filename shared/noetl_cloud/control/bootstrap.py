@@ -107,6 +107,7 @@ class ControlPlane:
             command_topic_prefix=s.command_topic_prefix,
             lease_s=s.command_lease_s,
             max_attempts=s.command_max_attempts,
+            renotify_after_s=s.command_renotify_after_s,
         )
 
     @cached_property

@@ -36,7 +36,7 @@ from noetl_cloud.engine.templates import Renderer, TemplateFailure, build_scope
 from noetl_cloud.envelope import EventEnvelope, EventFactory
 from noetl_cloud.errors import Conflict, NoetlError, NotFound, ValidationFailed
 from noetl_cloud.eventlog.postgres import PostgresEventStore
-from noetl_cloud.eventlog.relay import OutboxRelay, OutboxRow
+from noetl_cloud.eventlog.relay import OutboxRelay, OutboxRow, like_prefix
 from noetl_cloud.frames.stages import open_cursor_stage
 from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.spec import PlaybookDoc, parse_document
@@ -399,6 +399,7 @@ class Orchestrator:
         lease_s: float = 60.0,
         max_attempts: int = 3,
         max_tokens: int = 10_000,
+        renotify_after_s: float = 300.0,
     ) -> None:
         self.engine = engine
         self.store = store
@@ -409,6 +410,7 @@ class Orchestrator:
         self.lease_s = lease_s
         self.max_attempts = max_attempts
         self.max_tokens = max_tokens
+        self.renotify_after_s = renotify_after_s
         self.renderer = Renderer()
         self._plans: dict[int, tuple[PlaybookDoc, dict[str, StepPlan], dict[str, Any]]] = {}
         self._lock = threading.Lock()
@@ -894,7 +896,8 @@ class Orchestrator:
     # -- reaper ---------------------------------------------------------------------------------
 
     def reap(self, limit: int = 200) -> dict[str, int]:
-        """Re-issue commands whose claim lease expired; fail those out of attempts (``lease_expired``)."""
+        """Re-issue commands whose claim lease expired; fail those out of attempts (``lease_expired``);
+        publish again the notifications of commands nobody claimed within ``renotify_after_s``."""
         tenant, org = self.tenant
         with self.engine.connect() as conn:
             expired = conn.execute(
@@ -933,7 +936,31 @@ class Orchestrator:
                     rows += self.write(conn, turn)
                     counts["failed"] += 1
         self.relay.publish_rows(rows)
+        counts["renotified"] = self.renotify(limit)
         return counts
+
+    def renotify(self, limit: int = 200) -> int:
+        """Publish again the notification of every command still ``issued`` ``renotify_after_s`` after
+        it was last issued or renotified: the message was lost (a broker that dropped it, a topic
+        recreated empty). Only notifications the outbox counts as published are sent again (a pending
+        one is the sweep's); the command's ``updated_at`` moves, so each is renotified once a period.
+        The number sent."""
+        tenant, org = self.tenant
+        with self.engine.begin() as conn:
+            rows = [
+                OutboxRow(r.outbox_id, r.topic, r.data, r.attributes, r.ordering_key)
+                for r in conn.execute(
+                    _RENOTIFY,
+                    {
+                        "t": tenant,
+                        "o": org,
+                        "after_s": self.renotify_after_s,
+                        "limit": limit,
+                        "pattern": like_prefix(self.command_topic_prefix),
+                    },
+                )
+            ]
+        return self.relay.publish_rows(sorted(rows, key=lambda row: row.outbox_id))
 
     def _reissue(self, conn: Connection, turn: Turn, cmd: Any) -> list[OutboxRow]:
         attempt = cmd.attempt + 1
@@ -964,6 +991,21 @@ class Orchestrator:
         )
         turn.notes.append(self.note(turn.state, cid, issued.event_id, cmd.step, attempt))
         return self.write(conn, turn)
+
+
+_RENOTIFY = text(
+    "WITH stale AS ("
+    "  SELECT command_id FROM command WHERE status = 'issued' AND tenant_id = :t AND organization_id = :o"
+    "  AND updated_at < now() - make_interval(secs => :after_s)"
+    "  ORDER BY updated_at LIMIT :limit FOR UPDATE SKIP LOCKED"
+    "), touched AS ("
+    "  UPDATE command c SET updated_at = now() FROM stale WHERE c.command_id = stale.command_id"
+    "  RETURNING c.issued_event_id"
+    ") "
+    "UPDATE outbox o SET status = 'in_flight', available_at = now() + interval '60 seconds' FROM touched "
+    "WHERE o.event_id = touched.issued_event_id AND o.topic LIKE :pattern AND o.status = 'published' "
+    "RETURNING o.outbox_id, o.topic, o.data, o.attributes, o.ordering_key"
+)
 
 
 def _json(value: Any) -> str:

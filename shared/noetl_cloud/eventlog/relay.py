@@ -93,7 +93,7 @@ class OutboxRelay:
         mirroring events (every other topic: ``noetl-events`` or what ``NOETL_EVENTS_TOPIC`` names).
         Counts per kind: ``claimed``/``published`` for command notifications,
         ``events_claimed``/``events_published`` for events."""
-        pattern = _like_prefix(topic_prefix)
+        pattern = like_prefix(topic_prefix)
         commands = self._sweep(_CLAIM_COMMANDS, pattern, limit, grace_s, lease_s)
         events = self._sweep(_CLAIM_EVENTS, pattern, limit, grace_s, lease_s)
         return {
@@ -114,5 +114,6 @@ class OutboxRelay:
         return len(claimed), self.publish_rows(claimed)
 
 
-def _like_prefix(prefix: str) -> str:
+def like_prefix(prefix: str) -> str:
+    """A LIKE pattern matching every string that starts with ``prefix`` (its wildcards escaped)."""
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
