@@ -185,6 +185,12 @@ def _subscribe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from noetl_cloud.demo.run import Options, main
+
+    return main(os.environ, Options(timeout_s=args.timeout, as_json=args.json))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="noetl-cloud", description="NoETL Cloud operator command")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -258,6 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
     subscribe.add_argument("--max-messages", type=int, help="stop after this many messages ran")
     subscribe.add_argument("--duration", type=float, help="stop after this many seconds")
     subscribe.set_defaults(handler=_subscribe)
+
+    demo = sub.add_parser(
+        "demo", help="the whole system on the local stack: webhooks, Pub/Sub, frames, an outage, replay parity"
+    )
+    demo.add_argument("--json", action="store_true", help="print the summary as JSON (progress goes to stderr)")
+    demo.add_argument("--timeout", type=float, default=150.0, help="give each wait for executions this many seconds")
+    demo.set_defaults(handler=_demo)
     return parser
 
 
