@@ -188,7 +188,17 @@ def _subscribe(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from noetl_cloud.demo.run import Options, main
 
-    return main(os.environ, Options(timeout_s=args.timeout, as_json=args.json))
+    for name in ("webhooks", "messages", "spooled"):
+        if not 1 <= getattr(args, name) <= 100:
+            raise BadRequest(f"--{name} must be between 1 and 100", code="usage")
+    options = Options(
+        webhooks_per_scheme=args.webhooks,
+        pubsub_messages=args.messages,
+        outage_per_scheme=args.spooled,
+        timeout_s=args.timeout,
+        as_json=args.json,
+    )
+    return main(os.environ, options)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -269,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", help="the whole system on the local stack: webhooks, Pub/Sub, frames, an outage, replay parity"
     )
     demo.add_argument("--json", action="store_true", help="print the summary as JSON (progress goes to stderr)")
+    demo.add_argument("--webhooks", type=int, default=3, help="signed webhooks per scheme (default 3)")
+    demo.add_argument("--messages", type=int, default=6, help="Pub/Sub messages to the runtime (default 6)")
+    demo.add_argument("--spooled", type=int, default=2, help="webhooks per scheme during the outage (default 2)")
     demo.add_argument("--timeout", type=float, default=150.0, help="give each wait for executions this many seconds")
     demo.set_defaults(handler=_demo)
     return parser

@@ -104,6 +104,8 @@ class Demo:
         self.channels: list[Channel] = []
         self.problems: list[str] = []
         self.report: dict[str, Any] = {}
+        self.phases: dict[str, float] = {}
+        self._current, self._mark = "setup", time.monotonic()
 
     def close(self) -> None:
         self.api.close()
@@ -113,23 +115,33 @@ class Demo:
 
     # -- phases ----------------------------------------------------------------------------------
 
+    def _phase(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[self._current] = round(now - self._mark, 1)
+        self._current, self._mark = name, now
+
     def run(self, fixture: FixtureApi) -> dict[str, Any]:
         started = time.monotonic()
+        self._current, self._mark = "setup", started
         registered = setup.register(
             self.api, setup.playbook_content(run=self.run_id, api_url=fixture.url, dsn=self.demo_dsn)
         )
         self.version = int(registered["version"])
         self.say(f"run {self.run_id}: {setup.PLAYBOOK_PATH} v{self.version} pages through {fixture.url}/orders")
         self._wait_runtime_ready()
+        self._drain()  # what an interrupted earlier run may have left in the spool goes first
 
+        self._phase("live")
         live = self._live_traffic()
         expected_live = sum(c.sent for c in live)
         self.say(f"live: {expected_live} messages in; waiting for their executions")
         self._wait_executions(expected_live)
 
+        self._phase("outage")
         outage = self._outage()
         self._wait_executions(expected_live + outage.sent)
 
+        self._phase("checks")
         executions = self._executions()
         self._count_channels(executions, outage)
         replay = self._replay_parity([row["execution_id"] for row in executions])
@@ -152,9 +164,10 @@ class Demo:
             "replay": replay,
             "elapsed_s": round(time.monotonic() - started, 1),
         }
-        self._check(summary)
-        summary["problems"] = self.problems
-        summary["ok"] = not self.problems
+        self._phase("done")
+        summary["phases_s"] = self.phases
+        summary["problems"] = self.problems + problems_of(summary)
+        summary["ok"] = not summary["problems"]
         return summary
 
     def _wait_runtime_ready(self) -> None:
@@ -363,28 +376,30 @@ class Demo:
                 drift[str(eid)] = [*report["drift"], f"{report.get('events_behind', 0)} events behind"]
         return {"verified": len(ids), "ok": ok, "drift": drift}
 
-    # -- verdict ---------------------------------------------------------------------------------------
 
-    def _check(self, summary: dict[str, Any]) -> None:
-        for channel in self.channels:
-            if channel.executions != channel.sent:
-                self.problems.append(f"{channel.name}: {channel.sent} messages in, {channel.executions} executions")
-            if channel.failed:
-                self.problems.append(f"{channel.name}: {channel.failed} executions did not complete")
-        spool = summary["spool"]
-        if not spool["spooled"] == spool["listed_during_outage"] == spool["replayed"]:
-            counts = f"{spool['spooled']} spooled, {spool['listed_during_outage']} listed, {spool['replayed']} replayed"
-            self.problems.append(f"spool: {counts}")
-        if spool["left"] or spool["dead_lettered"]:
-            self.problems.append(f"spool: {spool['left']} items left, {spool['dead_lettered']} dead-lettered")
-        rows = summary["rows"]
-        if rows["saved"] != rows["expected"] or rows["batches_wrong"]:
-            self.problems.append(
-                f"rows: {rows['saved']} saved, {rows['expected']} expected; batches off: {rows['batches_wrong'][:5]}"
-            )
-        replay = summary["replay"]
-        if replay["ok"] != replay["verified"]:
-            self.problems.append(f"replay parity: drift in {replay['drift']}")
+def problems_of(summary: dict[str, Any]) -> list[str]:
+    """What did not check out in a run's summary (empty: the demo succeeded), each naming the part."""
+    problems = []
+    for c in summary["channels"]:
+        if c["executions"] != c["sent"]:
+            problems.append(f"{c['channel']}: {c['sent']} messages in, {c['executions']} executions")
+        if c["failed"]:
+            problems.append(f"{c['channel']}: {c['failed']} executions did not complete")
+    spool = summary["spool"]
+    if not spool["spooled"] == spool["listed_during_outage"] == spool["replayed"]:
+        counts = f"{spool['spooled']} spooled, {spool['listed_during_outage']} listed, {spool['replayed']} replayed"
+        problems.append(f"spool: {counts}")
+    if spool["left"] or spool["dead_lettered"]:
+        problems.append(f"spool: {spool['left']} items left, {spool['dead_lettered']} dead-lettered")
+    rows = summary["rows"]
+    if rows["saved"] != rows["expected"] or rows["batches_wrong"]:
+        problems.append(
+            f"rows: {rows['saved']} saved, {rows['expected']} expected; batches off: {rows['batches_wrong'][:5]}"
+        )
+    replay = summary["replay"]
+    if replay["ok"] != replay["verified"]:
+        problems.append(f"replay parity: {replay['ok']} of {replay['verified']} OK, drift in {replay['drift']}")
+    return problems
 
 
 def port_of(role: str) -> int:
@@ -436,7 +451,9 @@ def table(summary: dict[str, Any]) -> str:
         f"{spool['replayed']} replayed by the drainer, {spool['left']} left, {spool['dead_lettered']} dead-lettered",
         f"replay parity  {verdict}: {replay['ok']} of {replay['verified']} executions' live projections "
         "equal a fresh fold of their events",
-        f"time           {summary['elapsed_s']} s",
+        f"time           {summary['elapsed_s']} s ("
+        + ", ".join(f"{k} {v} s" for k, v in summary.get("phases_s", {}).items())
+        + ")",
     ]
     return "\n".join(lines)
 
