@@ -47,17 +47,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	@command -v terraform >/dev/null && terraform fmt -check -recursive infra || echo "terraform not installed: skipped fmt check"
 
-## Every benchmark, each against a baseline measured in the same run (figures: docs/performance.md).
+## Every benchmark, one after another, each against a baseline measured in the same run; writes
+## docs/performance.md and docs/performance.png (bench/report.py).
 bench: $(STAMP) prerequisites
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
 	$(BIN)/noetl-cloud local up
-	$(BIN)/python bench/ids.py
-	$(BIN)/python bench/engine.py
-	$(BIN)/python bench/execute.py
-	$(BIN)/python bench/ingress.py
-	$(BIN)/python bench/distributed.py
-	$(BIN)/python bench/spool.py
-	$(BIN)/python bench/coldstart.py
+	$(BIN)/python bench/report.py
 
 clean: down
 	rm -rf $(VENV) local/.state

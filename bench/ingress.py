@@ -183,7 +183,7 @@ def main() -> None:
     print(f"(c) ingress -> real execute role:          {c:8.0f} req/s  (non-2xx {c_err})")
     print(f"    execute role alone, single requests:   {execute_rate:8.0f} req/s  (non-2xx {e_err})")
     print(f"ingress cold start (process start to first 202): {start:.2f} s")
-    print(f"ingress ratio: {b / a:.2f}")
+    print(f"ingress ratio: {b / a:.2f} (goal >= 0.4)")
 
 
 if __name__ == "__main__":

@@ -68,14 +68,17 @@ def database(url: str) -> str:
     return target
 
 
-def count(url: str) -> int:
+def count(url: str, *, distinct: bool = True) -> int:
+    """Executions the runtime started: distinct messages (a redelivered message counts once), or
+    every execution."""
     from sqlalchemy.engine import make_url
 
     u = make_url(url)
     conn = pg8000.dbapi.connect(user=u.username, password=u.password, host=u.host, port=u.port, database=DB)
+    what = "count(DISTINCT meta->>'message_id')" if distinct else "count(*)"
     try:
         cur = conn.cursor()
-        cur.execute("SELECT count(*) FROM execution WHERE meta ? 'subscription_path'")
+        cur.execute(f"SELECT {what} FROM execution WHERE meta ? 'subscription_path'")
         return int(cur.fetchone()[0])
     finally:
         conn.close()
@@ -164,8 +167,9 @@ def peak_rss_mib(pid: int) -> float:
     return 0.0
 
 
-def runtime_run(env: dict[str, str], api: str, db_url: str, n: int) -> tuple[float, float, float]:
-    """``(executions/s, peak RSS MiB, seconds)`` of the runtime draining a backlog of ``n``."""
+def runtime_run(env: dict[str, str], api: str, db_url: str, n: int) -> tuple[float, float, float, int]:
+    """``(messages/s, peak RSS MiB, seconds, extra executions)`` of the runtime draining a backlog
+    of ``n`` (a message counts once; ``extra``: executions of redelivered messages)."""
     _, sub = backlog(n)
     name = f"bench-{secrets.token_hex(3)}"
     doc = {
@@ -216,7 +220,8 @@ def runtime_run(env: dict[str, str], api: str, db_url: str, n: int) -> tuple[flo
         wait_until(progress, timeout=900, interval=0.5)
         elapsed = time.monotonic() - started
         done = count(db_url) - before
-        return done / elapsed, max(peak[0], peak_rss_mib(proc.pid)), elapsed
+        extra = count(db_url, distinct=False) - done - before
+        return done / elapsed, max(peak[0], peak_rss_mib(proc.pid)), elapsed, extra
     finally:
         stop_group(proc.pid)
         proc.wait()
@@ -259,8 +264,9 @@ def main() -> None:
         print(f"pull baseline:    {pull:9,.0f} msgs/s   (streaming pull, empty callback, {n:,} messages)")
         execute_rate = execute_baseline(api, n)
         print(f"execute baseline: {execute_rate:9,.0f} executions/s (batches of 100, 4 clients)")
-        rate, rss, seconds = runtime_run(env, api, db_url, n)
+        rate, rss, seconds, extra = runtime_run(env, api, db_url, n)
         print(f"runtime:          {rate:9,.0f} msgs/s   ({n:,} messages -> executions in {seconds:.1f} s)")
+        print(f"runtime redeliveries: {extra:,} executions of a message already run (dedup off)")
         print(f"runtime peak RSS: {rss:9,.1f} MiB")
         print(f"runtime ratio: {rate / min(pull, execute_rate):.2f}")
     finally:

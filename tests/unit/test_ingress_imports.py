@@ -8,7 +8,18 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("sqlalchemy", "pyarrow", "alembic", "pg8000", "google.cloud.firestore", "google.cloud.pubsub_v1")
+# The catalog document models: the spool needs only its own block (spec.spool), and the playbook
+# models were a third of the ingress's import time when the spool loaded them with the rest.
+HEAVY = (
+    "sqlalchemy",
+    "pyarrow",
+    "alembic",
+    "pg8000",
+    "google.cloud.firestore",
+    "google.cloud.pubsub_v1",
+    "noetl_cloud.spec.playbook",
+    "noetl_cloud.spec.subscription",
+)
 
 PROBE = """
 import json, sys

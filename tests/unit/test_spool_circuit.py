@@ -8,7 +8,7 @@ import pytest
 
 from noetl_cloud.kv.memory import InMemoryKeyValueStore
 from noetl_cloud.kv.port import Entry, VersionConflict
-from noetl_cloud.spec.subscription import Circuit
+from noetl_cloud.spec.spool import Circuit
 from noetl_cloud.spool.circuit import (
     CircuitBreaker,
     CircuitConfig,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from noetl_cloud.spec.subscription import Retention
+from noetl_cloud.spec.spool import Retention
 from noetl_cloud.spool.item import lane_segment
 from noetl_cloud.spool.policy import (
     ANY_LANE,

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import DBAPIError
 
 from noetl_cloud.auth.internal import InternalAuth, install
-from noetl_cloud.control import spool_events
+from noetl_cloud.control import runtime_events, spool_events
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import BatchRequest, ExecuteRequest
 from noetl_cloud.control.orchestrator import WorkerRef, WorkerReport
@@ -214,6 +214,11 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         return {**published, "dedup_reclaimed": plane.executions.reclaim_dedup()}
 
     app.register_blueprint(spool_events.blueprint(lambda: spool_events.SpoolEventService(plane.store, plane.events)))
+    app.register_blueprint(
+        runtime_events.blueprint(
+            lambda: runtime_events.RuntimeEventService(plane.subscriptions, plane.store, plane.events)
+        )
+    )
     app.register_blueprint(replay_api.blueprint(lambda: plane.replay))
     return app
 

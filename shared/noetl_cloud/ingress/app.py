@@ -19,7 +19,7 @@ from noetl_cloud.ingress.service import IngressService
 from noetl_cloud.ingress.stale import StaleTolerantDirectory
 from noetl_cloud.observability import Counters, configure_logging
 from noetl_cloud.settings import Settings
-from noetl_cloud.spool.bootstrap import ingress_spooler
+from noetl_cloud.spool.bootstrap import ingress_spooler, kv_from_settings
 from noetl_cloud.web import create_app
 from noetl_cloud.web.client import ApiClient, google_id_token_source, static_token
 
@@ -68,7 +68,7 @@ def service_from_settings(settings: Settings) -> IngressService:
 
         return JwksCache(url or GOOGLE_CERTS_URL)
 
-    kv = _kv(settings)
+    kv = kv_from_settings(settings)
     return IngressService(
         StaleTolerantDirectory(api),
         api,
@@ -78,16 +78,6 @@ def service_from_settings(settings: Settings) -> IngressService:
         counters=Counters(),
         spooler=ingress_spooler(settings, api, kv),
     )
-
-
-def _kv(settings: Settings) -> Any:
-    if settings.environment == "gcp" or settings.firestore_emulator_host:
-        from noetl_cloud.kv.firestore import FirestoreKeyValueStore
-
-        return FirestoreKeyValueStore.from_settings(settings)
-    from noetl_cloud.kv.memory import InMemoryKeyValueStore
-
-    return InMemoryKeyValueStore()
 
 
 def app_from_env(env: Mapping[str, str]) -> Flask:

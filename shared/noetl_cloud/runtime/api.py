@@ -112,12 +112,17 @@ class ApiControlClient:
         try:
             response = self.api.post(f"/api/internal/subscriptions/{subscription_id}/events", json=body)
             response.raise_for_error()
-        except NotFound:
-            if not self._events_missing:
+        except NotFound as exc:
+            # ``subscription_not_found``: no registration (yet) to write to; any other 404 is a
+            # control plane older than the route. Either way the events are only logged.
+            if exc.code != "subscription_not_found" and not self._events_missing:
                 log.warning("the control plane does not take runtime events; they are only logged")
                 self._events_missing = True
             for event in events:
-                log.info("runtime event", extra={"event_type": event.event_type, "payload": event.payload})
+                log.info(
+                    "runtime event not recorded",
+                    extra={"event_type": event.event_type, "payload": event.payload, "code": exc.code},
+                )
         except NoetlError as exc:
             log.warning(
                 "runtime events not recorded", extra={"code": exc.code, "types": [e.event_type for e in events]}

@@ -40,7 +40,12 @@ def source_for(settings: Settings, doc: SubscriptionDoc) -> SourceClient:
     from noetl_cloud.runtime.pubsub import PubSubSource
 
     assert spec.subscription is not None
-    return PubSubSource(spec.subscription, project_id=settings.project_id, emulator_host=settings.pubsub_emulator_host)
+    return PubSubSource(
+        spec.subscription,
+        project_id=settings.project_id,
+        emulator_host=settings.pubsub_emulator_host,
+        lease_extension_s=settings.runtime_lease_extension_s,
+    )
 
 
 def runtime_from_settings(settings: Settings, *, kv: KeyValueStore | None = None) -> SubscriptionRuntime:

@@ -5,55 +5,35 @@ problem, from bad YAML to a broken rule, is a :class:`~noetl_cloud.errors.Valida
 (HTTP 422) whose ``details`` list ``{"field", "problem", "type"}`` with a dotted path to the field.
 Checks across documents (a playbook that a subscription targets exists, a gateway path is unique)
 are the catalog service's.
+
+The names load on first use (PEP 562): a role that imports one module of this package (the ingress's
+spool needs ``spec.subscription``) does not pay for building every model at its cold start.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+if TYPE_CHECKING:
+    from noetl_cloud.spec.documents import KINDS, Document, parse_document, validate_document
+    from noetl_cloud.spec.playbook import PlaybookDoc
+    from noetl_cloud.spec.subscription import SubscriptionDoc
 
-from noetl_cloud.errors import ValidationFailed
-from noetl_cloud.spec.common import load_yaml, problem, problem_details
-from noetl_cloud.spec.playbook import PlaybookDoc
-from noetl_cloud.spec.subscription import SubscriptionDoc
-
-Document: TypeAlias = PlaybookDoc | SubscriptionDoc
-
-KINDS: dict[str, type[PlaybookDoc] | type[SubscriptionDoc]] = {
-    "Playbook": PlaybookDoc,
-    "Subscription": SubscriptionDoc,
+_WHERE = {
+    "KINDS": "documents",
+    "Document": "documents",
+    "parse_document": "documents",
+    "validate_document": "documents",
+    "PlaybookDoc": "playbook",
+    "SubscriptionDoc": "subscription",
 }
 
 __all__ = ["KINDS", "Document", "PlaybookDoc", "SubscriptionDoc", "parse_document", "validate_document"]
 
 
-def parse_document(text: str) -> Document:
-    """Parse YAML text of one catalog document (kind: Playbook or kind: Subscription) and validate it.
-
-    Raises :class:`ValidationFailed` (422, ``validation_failed``) whose ``details`` is a list of
-    ``{"field": "<dotted path>", "problem": "<message>", "type": "<error type>"}``. Bad YAML and a
-    document that is not a mapping are reported at field ``$``; a missing or unknown kind at ``kind``.
-    Messages never echo the rejected values.
-    """
-    return validate_document(load_yaml(text))
-
-
-def validate_document(data: Any) -> Document:
-    """Validate an already decoded document (a JSON body, say) the way :func:`parse_document` does."""
-    if not isinstance(data, dict):
-        raise ValidationFailed(
-            "document must be a mapping",
-            details=[problem("$", "a catalog document is a mapping with a kind", "not_a_mapping")],
-        )
-    kind = data.get("kind")
-    if kind is None:
-        raise ValidationFailed("document has no kind", details=[problem("kind", "kind is required", "missing")])
-    model = KINDS.get(kind) if isinstance(kind, str) else None
-    if model is None:
-        message = f"kind must be one of {', '.join(KINDS)}"
-        raise ValidationFailed("unknown document kind", details=[problem("kind", message, "unknown_kind")])
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise ValidationFailed(f"{kind} document failed validation", details=problem_details(exc)) from None
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from noetl_cloud.spec.common import (
@@ -36,6 +36,7 @@ from noetl_cloud.spec.common import (
     raise_problems,
     rule,
 )
+from noetl_cloud.spec.spool import Spool
 
 INGRESS_PREFIX = "/ingress/"
 LISTENER_NAME = r"[a-z0-9][a-z0-9_-]{0,62}"
@@ -169,55 +170,6 @@ class Headers(SpecModel):
     directives: list[Directive] = Field(default_factory=list)
     trace: Trace = Field(default_factory=Trace)
     passthrough: Literal["data", "drop"] = "data"
-
-
-# -- spool (§8) ----------------------------------------------------------------------------------------
-
-
-class Circuit(SpecModel):
-    """The downstream circuit breaker: opens after ``trip_after`` failures, probes after ``probe_after_ms``."""
-
-    trip_after: int = Field(default=5, ge=1, le=1000)
-    probe_after_ms: int = Field(default=30_000, ge=100, le=86_400_000)
-
-
-class Retention(SpecModel):
-    """The spool's ceiling and what happens when it is reached."""
-
-    max_age_hours: int = Field(default=72, ge=1, le=24 * 365)
-    max_bytes: ByteCount = 10 * 1024**3
-    on_full: Literal["stop_acking", "drop_to_dlq", "alert_only"] = "stop_acking"
-
-
-class Drain(SpecModel):
-    """Replay of spooled items once the circuit closes."""
-
-    on_recovery: Literal["ordered_then_live", "interleave"] = "ordered_then_live"
-    rate_per_sec: float = Field(default=100.0, gt=0, le=1_000_000)
-    max_replay_attempts: int = Field(default=10, ge=1, le=1000)
-
-
-class Spool(SpecModel):
-    """Store-and-forward while the downstream is down. ``off`` (the default) leaves durability to the
-    source (stop acking); ``buffer_and_ack`` and ``hybrid`` need a ``backend``."""
-
-    mode: Literal["off", "buffer_and_ack", "hybrid"] = "off"
-    backend: Literal["gcs", "s3", "local_disk", "nats_object"] | None = None
-    bucket: str | None = Field(default=None, min_length=1, max_length=1024)
-    path: str | None = Field(default=None, min_length=1, max_length=1024)
-    auth: WalletAlias | None = None
-    circuit: Circuit = Field(default_factory=Circuit)
-    ordering: Literal["global", "per_key", "none"] = "global"
-    ordering_key: str | None = Field(default=None, min_length=1, max_length=256)
-    hybrid_escalate_after_ms: int = Field(default=60_000, ge=0, le=7 * 86_400_000)
-    retention: Retention = Field(default_factory=Retention)
-    drain: Drain = Field(default_factory=Drain)
-
-    @field_validator("mode", mode="before")
-    @classmethod
-    def _yaml_off(cls, value: Any) -> Any:
-        # YAML 1.1 (PyYAML) reads an unquoted ``mode: off`` as the boolean false.
-        return "off" if value is False else value
 
 
 # -- limits and dedup (Phase 7) -----------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from noetl_cloud.errors import ConfigError
 from noetl_cloud.settings import Settings
-from noetl_cloud.spec.subscription import Spool
+from noetl_cloud.spec.spool import Spool
 from noetl_cloud.spool.port import SpoolBackend
 
 

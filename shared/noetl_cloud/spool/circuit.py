@@ -35,7 +35,7 @@ from typing import Any, Final, Literal, TypeVar
 from noetl_cloud.envelope import utc_now
 from noetl_cloud.errors import Unavailable
 from noetl_cloud.kv.port import Clock, Entry, KeyValueStore, VersionConflict, utc
-from noetl_cloud.spec.subscription import Circuit
+from noetl_cloud.spec.spool import Circuit
 from noetl_cloud.spool.policy import SourceKind, SpoolMode, on_downstream_failure
 
 R = TypeVar("R")

@@ -41,7 +41,7 @@ from typing import Any, Final, Literal
 from noetl_cloud.envelope import utc_now
 from noetl_cloud.errors import Unavailable
 from noetl_cloud.kv.port import Clock, KeyValueStore
-from noetl_cloud.spec.subscription import Spool
+from noetl_cloud.spec.spool import Spool
 from noetl_cloud.spool import events as ev
 from noetl_cloud.spool.backends import Backends
 from noetl_cloud.spool.circuit import CircuitBreaker, CircuitConfig, CircuitState

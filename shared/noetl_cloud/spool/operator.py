@@ -14,7 +14,7 @@ from typing import Any
 
 from noetl_cloud.errors import BadRequest, ConfigError, Unavailable
 from noetl_cloud.settings import Settings
-from noetl_cloud.spec.subscription import Spool
+from noetl_cloud.spec.spool import Spool
 from noetl_cloud.spool.backends import SettingsBackends
 from noetl_cloud.spool.events import spool_ref
 from noetl_cloud.spool.item import SpoolRef

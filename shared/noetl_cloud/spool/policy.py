@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Final, Generic, Literal, Protocol, TypeVar
 
-from noetl_cloud.spec.subscription import Retention
+from noetl_cloud.spec.spool import Retention
 
 SpoolMode = Literal["off", "buffer_and_ack", "hybrid"]
 Ordering = Literal["global", "per_key", "none"]
