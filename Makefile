@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: install prerequisites up down status test test-unit lint bench clean
+.PHONY: install prerequisites up demo down status test test-unit lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,9 +19,14 @@ install: $(STAMP)
 prerequisites:
 	@bash local/prerequisites.sh
 
-## The local stack (PostgreSQL, Pub/Sub, Firestore, GCS, S3) plus the roles that exist so far.
+## The local stack (PostgreSQL, Pub/Sub, Firestore, GCS, S3) with every role, then the demo (docs/demo.md).
 up: $(STAMP) prerequisites
 	$(BIN)/noetl-cloud local up --roles all
+	$(BIN)/noetl-cloud demo
+
+## The demo again, against the running stack (it starts what is missing).
+demo: $(STAMP)
+	$(BIN)/noetl-cloud demo
 
 down:
 	@test -x $(BIN)/noetl-cloud && $(BIN)/noetl-cloud local down || true

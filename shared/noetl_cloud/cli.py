@@ -185,6 +185,22 @@ def _subscribe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from noetl_cloud.demo.run import Options, main
+
+    for name in ("webhooks", "messages", "spooled"):
+        if not 1 <= getattr(args, name) <= 100:
+            raise BadRequest(f"--{name} must be between 1 and 100", code="usage")
+    options = Options(
+        webhooks_per_scheme=args.webhooks,
+        pubsub_messages=args.messages,
+        outage_per_scheme=args.spooled,
+        timeout_s=args.timeout,
+        as_json=args.json,
+    )
+    return main(os.environ, options)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="noetl-cloud", description="NoETL Cloud operator command")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -258,6 +274,16 @@ def build_parser() -> argparse.ArgumentParser:
     subscribe.add_argument("--max-messages", type=int, help="stop after this many messages ran")
     subscribe.add_argument("--duration", type=float, help="stop after this many seconds")
     subscribe.set_defaults(handler=_subscribe)
+
+    demo = sub.add_parser(
+        "demo", help="the whole system on the local stack: webhooks, Pub/Sub, frames, an outage, replay parity"
+    )
+    demo.add_argument("--json", action="store_true", help="print the summary as JSON (progress goes to stderr)")
+    demo.add_argument("--webhooks", type=int, default=3, help="signed webhooks per scheme (default 3)")
+    demo.add_argument("--messages", type=int, default=6, help="Pub/Sub messages to the runtime (default 6)")
+    demo.add_argument("--spooled", type=int, default=2, help="webhooks per scheme during the outage (default 2)")
+    demo.add_argument("--timeout", type=float, default=150.0, help="give each wait for executions this many seconds")
+    demo.set_defaults(handler=_demo)
     return parser
 
 

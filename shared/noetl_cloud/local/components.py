@@ -415,7 +415,7 @@ def s3(state_dir: Path, port: int) -> Component:
 # The roles (functions/<role>/main.py), served by gunicorn as the container image does
 
 
-def role(state_dir: Path, port: int, name: str, root: Path, env: dict[str, str]) -> Component:
+def role(state_dir: Path, port: int, name: str, root: Path, env: dict[str, str], *, workers: int = 2) -> Component:
     log_path = state_dir / "logs" / f"{name}.log"
     source = root / "functions" / name
 
@@ -423,7 +423,7 @@ def role(state_dir: Path, port: int, name: str, root: Path, env: dict[str, str])
         if not (source / "main.py").exists():
             raise StackError(f"no role {name!r}: {source / 'main.py'} does not exist")
         return process.spawn(
-            process.gunicorn_argv(source, port=port, access_log=True),
+            process.gunicorn_argv(source, port=port, workers=workers, access_log=True),
             log_path=log_path,
             env={**os.environ, **env, "NOETL_ROLE": name},
         )
@@ -432,6 +432,35 @@ def role(state_dir: Path, port: int, name: str, root: Path, env: dict[str, str])
         name=name,
         port=port,
         marker=f"127.0.0.1:{port}",
+        start=start,
+        healthy=lambda: process.http_ok(f"http://127.0.0.1:{port}/healthz"),
+        stop=process.stop_group,
+        env={},
+        log_path=log_path,
+    )
+
+
+def runtime(state_dir: Path, port: int, root: Path, env: dict[str, str]) -> Component:
+    """The subscription runtime as its container runs it (``python main.py``: the pull loop, health on
+    ``$PORT``); gunicorn would serve its health only. ``-X noetl_port=N`` marks its command line."""
+    name = "subscription_runtime"
+    log_path = state_dir / "logs" / f"{name}.log"
+    source = root / "functions" / name
+
+    def start() -> int:
+        if not (source / "main.py").exists():
+            raise StackError(f"no role {name!r}: {source / 'main.py'} does not exist")
+        return process.spawn(
+            [sys.executable, "-X", f"noetl_port={port}", str(source / "main.py")],
+            log_path=log_path,
+            env={**os.environ, **env, "NOETL_ROLE": name, "PORT": str(port)},
+            cwd=source,
+        )
+
+    return Component(
+        name=name,
+        port=port,
+        marker=f"noetl_port={port}",
         start=start,
         healthy=lambda: process.http_ok(f"http://127.0.0.1:{port}/healthz"),
         stop=process.stop_group,

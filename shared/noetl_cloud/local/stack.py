@@ -12,7 +12,6 @@ port that answers but was not started by this state folder is an error, never si
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
 import time
@@ -36,6 +35,13 @@ ROLE_PORTS = {
     "subscription_runtime": 16,
 }
 START_TIMEOUT_S = 90.0
+RUNTIME = "subscription_runtime"
+#: gunicorn processes per role (default 2). The ingress runs one, as its container does
+#: (functions/entrypoint.sh): its per-instance state - the listener configurations it keeps serving
+#: while the control plane is down, the spool's size view - is then one instance's, as deployed.
+ROLE_WORKERS = {"ingress": 1}
+#: The stack's own spool (fake-gcs-server), for every subscription that spools.
+SPOOL_BUCKET = "noetl-local-spool"
 
 
 def default_state_dir(env: Mapping[str, str]) -> Path:
@@ -98,7 +104,17 @@ class LocalStack:
         return [r for r in ROLE_PORTS if (self.root / "functions" / r / "main.py").exists()]
 
     def role_components(self, roles: list[str], env: dict[str, str]) -> dict[str, Component]:
-        return {r: components.role(self.state_dir, self.port_base + ROLE_PORTS[r], r, self.root, env) for r in roles}
+        out = {}
+        for r in roles:
+            port = self.port_base + ROLE_PORTS[r]
+            if r == RUNTIME:
+                from noetl_cloud.demo.setup import RUNTIME_SUBSCRIPTION
+
+                runtime_env = {**env, "NOETL_SUBSCRIPTION_PATH": RUNTIME_SUBSCRIPTION} if env else env
+                out[r] = components.runtime(self.state_dir, port, self.root, runtime_env)
+            else:
+                out[r] = components.role(self.state_dir, port, r, self.root, env, workers=ROLE_WORKERS.get(r, 2))
+        return out
 
     # -- state file ---------------------------------------------------------------------------
 
@@ -135,10 +151,20 @@ class LocalStack:
         echo(f"{'topics':<10} {', '.join(topics)}")
         if roles:
             env.update(self._role_env(env))
+            self._ensure_spool_bucket(env)
             role_comps = self.role_components(roles, env)
-            self._start(tuple(roles), role_comps, recorded, state, echo)
+            self._start(tuple(r for r in roles if r != RUNTIME), role_comps, recorded, state, echo)
             if "worker" in roles:
                 echo(f"{'push':<10} {self._ensure_worker_push(env)}")
+            if "projector" in roles:
+                echo(f"{'push':<10} {self._ensure_projector_push(env)}")
+            if "execute" in roles:
+                # The runtime reads its subscription from the catalog as it starts: register it first.
+                from noetl_cloud.demo.setup import prepare
+
+                echo(f"{'demo':<10} {prepare(env, Path(env['NOETL_SECRETS_DIR']))}")
+            if RUNTIME in roles:
+                self._start((RUNTIME,), role_comps, recorded, state, echo)
         self._write_env(env)
         echo(f"stack up in {time.monotonic() - total:.2f} s; environment: {self.env_file}")
         return env
@@ -190,29 +216,53 @@ class LocalStack:
             # push endpoint's query instead (a deployed worker verifies the push OIDC token).
             "NOETL_WORKER_PUSH_TOKEN": token,
             "NOETL_WORKER_POOL": "shared",
-            # The projector answers pushes with this token too. No push subscription feeds it locally:
-            # the test suites publish every event of their own databases to the emulator's noetl-events.
+            # The projector answers the emulator's pushes of noetl-events with this token too.
             "NOETL_PROJECTOR_PUSH_TOKEN": token,
             # Cursor loops: workers claim frames from the frames role and write frame rows to a folder.
             "NOETL_FRAMES_URL": f"http://127.0.0.1:{self.port_base + ROLE_PORTS['frames']}",
             "NOETL_PAYLOAD_BACKEND": "filesystem",
             "NOETL_PAYLOAD_DIR": str(self.state_dir / "payloads"),
+            # The local wallet: one file per secret alias (the demo's listener secrets live there).
+            "NOETL_SECRETS_DIR": str(self.state_dir / "secrets"),
+            # One spool for every subscription that spools (fake-gcs-server); the drainer lists it.
+            "NOETL_SPOOL_BACKEND": "gcs",
+            "NOETL_SPOOL_BUCKET": SPOOL_BUCKET,
         }
 
     def _ensure_worker_push(self, env: dict[str, str]) -> str:
         """The push subscription of pool ``shared``'s command topic to the local worker."""
-        from google.api_core.exceptions import AlreadyExists
-        from google.cloud import pubsub_v1  # type: ignore[attr-defined]
-
         from noetl_cloud.settings import Settings
 
         topic = Settings().command_topic("shared")
-        endpoint = f"http://127.0.0.1:{self.port_base + ROLE_PORTS['worker']}/?token={env['NOETL_WORKER_PUSH_TOKEN']}"
-        previous = os.environ.get("PUBSUB_EMULATOR_HOST")
-        os.environ["PUBSUB_EMULATOR_HOST"] = env["PUBSUB_EMULATOR_HOST"]
-        try:
+        port = self.port_base + ROLE_PORTS["worker"]
+        self._ensure_push(
+            env, topic, f"{topic}-worker", f"http://127.0.0.1:{port}/?token={env['NOETL_WORKER_PUSH_TOKEN']}"
+        )
+        return f"{topic} → worker (port {port})"
+
+    def _ensure_projector_push(self, env: dict[str, str]) -> str:
+        """The push subscription of ``noetl-events`` to the local projector, ordered by execution."""
+        from noetl_cloud.settings import Settings
+
+        topic = Settings().events_topic
+        port = self.port_base + ROLE_PORTS["projector"]
+        endpoint = f"http://127.0.0.1:{port}/?token={env['NOETL_PROJECTOR_PUSH_TOKEN']}"
+        self._ensure_push(env, topic, f"{topic}-projector", endpoint, ordered=True)
+        return f"{topic} → projector (port {port})"
+
+    @staticmethod
+    def _ensure_push(
+        env: dict[str, str], topic: str, subscription: str, endpoint: str, *, ordered: bool = False
+    ) -> None:
+        """Create the emulator's push subscription, or point an existing one at ``endpoint``."""
+        from google.api_core.exceptions import AlreadyExists
+        from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+        from noetl_cloud.demo.setup import emulator
+
+        with emulator(env["PUBSUB_EMULATOR_HOST"]):
             subscriber = pubsub_v1.SubscriberClient()
-            name = subscriber.subscription_path(PROJECT_ID, f"{topic}-worker")
+            name = subscriber.subscription_path(PROJECT_ID, subscription)
             try:
                 subscriber.create_subscription(
                     request={
@@ -220,19 +270,46 @@ class LocalStack:
                         "topic": f"projects/{PROJECT_ID}/topics/{topic}",
                         "push_config": {"push_endpoint": endpoint},
                         "ack_deadline_seconds": 60,
+                        "enable_message_ordering": ordered,
                     }
                 )
             except AlreadyExists:
                 subscriber.modify_push_config(
                     request={"subscription": name, "push_config": {"push_endpoint": endpoint}}
                 )
-            subscriber.close()
+            finally:
+                subscriber.close()
+
+    @staticmethod
+    def _ensure_spool_bucket(env: dict[str, str]) -> None:
+        from google.api_core.exceptions import Conflict
+
+        from noetl_cloud.objectstore import gcs_client
+
+        client = gcs_client(env["STORAGE_EMULATOR_HOST"], PROJECT_ID)
+        try:
+            if client.lookup_bucket(SPOOL_BUCKET) is None:
+                client.create_bucket(SPOOL_BUCKET)
+        except Conflict:  # created meanwhile
+            pass
         finally:
-            if previous is None:
-                os.environ.pop("PUBSUB_EMULATOR_HOST", None)
-            else:
-                os.environ["PUBSUB_EMULATOR_HOST"] = previous
-        return f"{topic} → worker (port {self.port_base + ROLE_PORTS['worker']})"
+            client.close()
+
+    def stop_role(self, name: str, echo: Callable[[str], None] = print) -> bool:
+        """Stop one running role of this stack (the next ``up`` with it starts it again); whether it ran."""
+        state = self._load()
+        recorded: dict[str, Any] = state.get("components", {})
+        entry = recorded.get(name)
+        if entry is None:
+            return False
+        comp = self.role_components([name], {})[name]
+        running = process.alive(entry.get("pid"), comp.marker)
+        if running:
+            comp.stop(int(entry["pid"]))
+            echo(f"{name:<10} stopped")
+        del recorded[name]
+        self._save(state)
+        return running
 
     def down(self, echo: Callable[[str], None] = print, *, purge: bool = False) -> None:
         """Stop what this state folder started; with ``purge`` also delete its data."""
