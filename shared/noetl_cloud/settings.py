@@ -132,6 +132,10 @@ class Settings(BaseModel):
     projector_push_audience: str | None = None
     projector_push_service_account: str | None = None
     projector_push_token: SecretStr | None = None
+    # The projector's catch-up (POST /api/internal/projector/catch-up): executions started this recently
+    # and quiet this long whose projection is behind their log are folded without a delivery.
+    projector_catchup_window_s: Annotated[float, Field(ge=60, le=30 * 86_400)] = 86_400.0
+    projector_catchup_settle_s: Annotated[float, Field(ge=0, le=86_400)] = 30.0
     replay_snapshot_every: Annotated[int, Field(ge=0, le=1_000_000)] = 1000
 
     # Frames (docs/frames.md): where workers reach the frames role, the payload store frame rows are

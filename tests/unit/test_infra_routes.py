@@ -318,7 +318,13 @@ def test_every_targeted_route_is_a_route_of_its_role(key: str, offline: None, mo
 def test_every_scheduler_job_and_push_subscription_calls_a_route_with_its_service_url_as_audience() -> None:
     stack_locals = _locals(STACK / "main.tf")
     jobs = stack_locals["maintenance_jobs"]
-    assert {j["route"] for j in jobs.values()} == {"outbox_sweep", "command_reaper", "frame_reaper", "spool_drain"}
+    assert {j["route"] for j in jobs.values()} == {
+        "outbox_sweep",
+        "command_reaper",
+        "frame_reaper",
+        "projector_catch_up",
+        "spool_drain",
+    }
     scheduler = _between(STACK_TEXT, "scheduler_jobs = merge(", 'resource "google_project_service"')
     uris = re.findall(r"uri\s*=\s*(.+)", scheduler)
     audiences = re.findall(r"audience\s*=\s*(.+)", scheduler)

@@ -21,7 +21,7 @@ locals {
   # (allUsers, set by the stack on that one service); subscription_runtime is called by no one.
   # The Pub/Sub push identity appears only under worker and projector; the scheduler only under the
   # roles its jobs call (execute: outbox sweep, command reaper, scheduled executions; frames: the
-  # reaper; spool_drainer: the drain).
+  # reaper; projector: the catch-up; spool_drainer: the drain).
   callers = {
     execute = concat(
       [for c in ["ingress", "worker", "spool_drainer", "subscription_runtime"] : local.role_members[c] if contains(var.roles, c)],
@@ -30,7 +30,7 @@ locals {
     )
     frames               = concat([for c in ["worker"] : local.role_members[c] if contains(var.roles, c)], [local.sched_member])
     worker               = [local.push_member]
-    projector            = concat([local.push_member], sort(tolist(var.operators)))
+    projector            = concat([local.push_member, local.sched_member], sort(tolist(var.operators)))
     spool_drainer        = concat([for c in ["ingress", "subscription_runtime"] : local.role_members[c] if contains(var.roles, c)], [local.sched_member])
     subscription_runtime = []
     ingress              = []

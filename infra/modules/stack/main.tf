@@ -54,6 +54,7 @@ locals {
     outbox_sweep        = { role = "execute", method = "POST", path = "/api/internal/outbox/sweep" }
     command_reaper      = { role = "execute", method = "POST", path = "/api/internal/reaper" }
     frame_reaper        = { role = "frames", method = "POST", path = "/api/internal/frames/reap" }
+    projector_catch_up  = { role = "projector", method = "POST", path = "/api/internal/projector/catch-up" }
     spool_drain         = { role = "spool_drainer", method = "POST", path = "/drain" }
     scheduled_execution = { role = "execute", method = "POST", path = "/api/execute" }
     health              = { role = "*", method = "GET", path = "/healthz" }
@@ -182,6 +183,12 @@ locals {
       schedule    = var.maintenance_schedules.frame_reaper
       route       = "frame_reaper"
       needs       = "frames"
+    }
+    projector-catch-up = {
+      description = "Fold executions whose projection fell behind their log with no delivery due (projector)."
+      schedule    = var.maintenance_schedules.projector_catch_up
+      route       = "projector_catch_up"
+      needs       = "projector"
     }
     spool-drainer = {
       description = "Drain spooled items whose downstream circuit has closed (spool_drainer)."

@@ -223,12 +223,13 @@ variable "scheduled_subscriptions" {
 }
 
 variable "maintenance_schedules" {
-  description = "Cron schedules of the built-in jobs: outbox sweep and command reaper (execute), frame lease reaper (frames), spool drainer."
+  description = "Cron schedules of the built-in jobs: outbox sweep and command reaper (execute), frame lease reaper (frames), projector catch-up, spool drainer."
   type = object({
-    outbox_sweep   = optional(string, "* * * * *")
-    command_reaper = optional(string, "* * * * *")
-    frame_reaper   = optional(string, "* * * * *")
-    drainer        = optional(string, "*/5 * * * *")
+    outbox_sweep       = optional(string, "* * * * *")
+    command_reaper     = optional(string, "* * * * *")
+    frame_reaper       = optional(string, "* * * * *")
+    projector_catch_up = optional(string, "*/5 * * * *")
+    drainer            = optional(string, "*/5 * * * *")
   })
   default = {}
 }

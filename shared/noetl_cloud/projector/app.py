@@ -12,7 +12,9 @@ Answers: **200** ``{outcome, event_id, ...}`` for everything Pub/Sub should ack 
 **401**/**403** for push credentials; **5xx** when the database is unavailable, so Pub/Sub redelivers.
 
 Under ``/api/`` (internal API auth): ``GET /api/projector/status`` (projection lag and the last
-applied event id, of the latest write or of one execution) and the replay API.
+applied event id, of the latest write or of one execution), the replay API, and
+``POST /api/internal/projector/catch-up`` (Cloud Scheduler): fold the executions whose projection fell
+behind their log without a delivery due (``NOETL_PROJECTOR_CATCHUP_WINDOW_S``, ``_SETTLE_S``).
 """
 
 from __future__ import annotations
@@ -73,6 +75,15 @@ def build_app(role: ProjectorRole, push_auth: InternalAuth, api_auth: InternalAu
         if "execution_id" not in request.args:
             return role.projector.status()
         return role.projector.status(replay_api.scope())
+
+    @app.post("/api/internal/projector/catch-up")
+    def catch_up() -> dict[str, Any]:
+        return role.projector.catch_up(
+            settings.tenant_id,
+            settings.organization_id,
+            window_s=settings.projector_catchup_window_s,
+            settle_s=settings.projector_catchup_settle_s,
+        )
 
     app.register_blueprint(replay_api.blueprint(lambda: role.replay))
     return app

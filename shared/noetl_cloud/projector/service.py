@@ -35,6 +35,19 @@ from noetl_cloud.replay.upcasters import UpcasterRegistry
 
 _EVENT = text("SELECT position, tenant_id, organization_id, execution_id, stream_id FROM event WHERE event_id = :id")
 _LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+# Executions of one scope started within the window, quiet for ``settle_s``, whose projection is behind
+# the last event of their log (or missing). ``created_at`` bounds the scan by the execution index.
+_BEHIND = text(
+    "SELECT x.execution_id FROM execution x "
+    "LEFT JOIN projection p ON p.tenant_id = x.tenant_id AND p.organization_id = x.organization_id "
+    "AND p.execution_id = x.execution_id AND p.projection_type = 'execution' "
+    "WHERE x.tenant_id = :t AND x.organization_id = :o "
+    "AND x.created_at >= now() - make_interval(secs => :window_s) "
+    "AND x.updated_at < now() - make_interval(secs => :settle_s) "
+    "AND COALESCE(p.position, 0) < (SELECT COALESCE(max(e.position), 0) FROM event e "
+    "  WHERE e.tenant_id = x.tenant_id AND e.organization_id = x.organization_id AND e.execution_id = x.execution_id) "
+    "ORDER BY x.created_at LIMIT :limit"
+)
 _LATEST = text(
     "SELECT last_event_id, lag_ms, projected_at FROM projection WHERE projection_type = 'execution' "
     "ORDER BY projected_at DESC LIMIT 1"
@@ -134,6 +147,19 @@ class Projector:
             result, lag = self._project(conn, tenant_id, organization_id, execution_id, None, None)
         self.metrics.record(result, lag)
         return result
+
+    def catch_up(
+        self, tenant_id: str, organization_id: str, *, window_s: float, settle_s: float, limit: int = 200
+    ) -> dict[str, int]:
+        """Fold every execution whose projection is behind its log although no delivery is due: the
+        broker lost the deliveries of its last events (a topic recreated empty, a message dropped after
+        its retries). Executions started within ``window_s`` and quiet for ``settle_s`` are looked at,
+        ``limit`` a run (Cloud Scheduler calls it every few minutes). ``{behind, applied}``."""
+        params = {"t": tenant_id, "o": organization_id, "window_s": window_s, "settle_s": settle_s, "limit": limit}
+        with self.engine.connect() as conn:
+            behind = [str(r.execution_id) for r in conn.execute(_BEHIND, params)]
+        applied = sum(self.project(tenant_id, organization_id, eid).outcome == "applied" for eid in behind)
+        return {"behind": len(behind), "applied": applied}
 
     def _project(
         self,

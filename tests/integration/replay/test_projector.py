@@ -152,3 +152,49 @@ def test_a_projection_folded_with_another_registry_is_refolded_from_the_first_ev
     again = projector_role.projector.project("acme", "ops", eid)
     assert again.refolded and again.applied > 0
     assert _verify(rclient, eid)["ok"]
+
+
+def _age_execution(plane: ControlPlane, eid: str, seconds: int) -> None:
+    with plane.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE execution SET updated_at = now() - make_interval(secs => :s) WHERE execution_id = :e"),
+            {"s": seconds, "e": int(eid)},
+        )
+
+
+def test_catch_up_folds_the_executions_whose_deliveries_were_lost(
+    rclient: FlaskClient,
+    rplane: ControlPlane,
+    events_topic: EventsTopic,
+    projector_client: FlaskClient,
+) -> None:
+    register(rclient, chain_playbook("projector/lost", 3))
+    driver = Driver(rclient, rplane.engine, seed=5)
+
+    def events_of(*eids: str) -> int:
+        return sum(len(rclient.get(f"/api/executions/{eid}/events").get_json()["events"]) for eid in eids)
+
+    partly = driver.start("projector/lost")
+    first = [m for m in events_topic.pull(events_of(partly)) if json.loads(m.data)["execution_id"]]
+    assert _push(projector_client, first[0]).get_json()["outcome"] == "applied"  # folds its start
+    lost, busy = driver.start("projector/lost"), driver.start("projector/lost")
+    for eid in (partly, lost, busy):
+        driver.run_to_end(eid)
+    # No other delivery reaches the projector: the broker lost them. ``busy`` is still being written to.
+    for eid in (lost, partly):
+        _age_execution(rplane, eid, 60)  # quieter than NOETL_PROJECTOR_CATCHUP_SETTLE_S (30)
+    for eid in (lost, partly):
+        assert _verify(rclient, eid)["events_behind"] > 0
+
+    answer = projector_client.post("/api/internal/projector/catch-up", headers=API_HEADERS)
+    assert answer.status_code == 200, answer.get_json()
+    assert answer.get_json() == {"behind": 2, "applied": 2}
+    for eid in (lost, partly):
+        report = _verify(rclient, eid)
+        assert report["ok"] and report["events_behind"] == 0, report
+    assert _verify(rclient, busy)["events_behind"] > 0  # not settled yet: its deliveries may be on their way
+    assert projector_client.post("/api/internal/projector/catch-up", headers=API_HEADERS).get_json() == {
+        "behind": 0,
+        "applied": 0,
+    }
+    assert projector_client.post("/api/internal/projector/catch-up").status_code == 401
