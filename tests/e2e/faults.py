@@ -3,7 +3,7 @@
 One :class:`FaultStack` per module: its own LocalStack (state folder under a tmp path, its own port
 range), every role started on a fixed port of that range under gunicorn (the runtime as its
 container runs it), the Pub/Sub topics and push subscriptions Terraform would create, a scheduler
-thread standing in for Cloud Scheduler (reaper, outbox sweep, spool drain), and an effect sink: the
+thread standing in for Cloud Scheduler (reaper, outbox sweep, projector catch-up, spool drain), and an effect sink: the
 playbook's one task POSTs its message key there, so a message that ran twice is seen twice.
 
 Nothing here fakes a service: PostgreSQL, the Pub/Sub and Firestore emulators and fake-gcs-server
@@ -185,6 +185,10 @@ class FaultStack:
             "NOETL_COMMAND_LEASE_S": "4",
             "NOETL_WORKER_HEARTBEAT_S": "1",
             "NOETL_COMMAND_MAX_ATTEMPTS": "6",
+            # A notification the broker lost (the emulator restarted) is published again by the reaper,
+            # and a projection whose deliveries were lost is folded by the catch-up, in seconds here.
+            "NOETL_COMMAND_RENOTIFY_AFTER_S": "10",
+            "NOETL_PROJECTOR_CATCHUP_SETTLE_S": "3",
             "NOETL_SPOOL_BUCKET": self.bucket,
             "NOETL_SPOOL_LEASE_TTL_S": "3",
             "NOETL_SPOOL_DRAINER_URL": self.url("spool_drainer"),
@@ -340,6 +344,7 @@ class FaultStack:
         while not self._stop.wait(1.0):
             for path in ("/api/internal/reaper", "/api/internal/outbox/sweep"):
                 self._call(self.url("execute") + path)
+            self._call(self.url("projector") + "/api/internal/projector/catch-up")
             if time.monotonic() - last_drain >= 2.0:
                 last_drain = time.monotonic()
                 self._call(self.url("spool_drainer") + "/drain", timeout=60)

@@ -46,12 +46,11 @@ def build_app(settings: Settings, service: DrainService, auth: InternalAuth) -> 
 def app_from_env(env: Mapping[str, str]) -> Flask:
     settings = Settings.from_env(env, role="spool_drainer")
     configure_logging(settings.log_level, project_id=settings.project_id, role="spool_drainer")
-    # Its callers mint ID tokens for the URL they reach it at (NOETL_SPOOL_DRAINER_URL, set to the
-    # drainer's own URL on the drainer); NOETL_INTERNAL_API_AUDIENCE stays the control plane's, for
-    # the drainer's own calls to the API.
-    auth = InternalAuth.from_settings(
-        settings,
-        audience=settings.spool_drainer_url or settings.internal_api_audience,
-        allowed_emails=settings.internal_api_callers or None,
-    )
+    # Google ID tokens (NOETL_INTERNAL_API_AUDIENCE set: the control plane's, for the drainer's own calls
+    # to the API) are minted by its callers for the URL they reach the drainer at: NOETL_SPOOL_DRAINER_URL,
+    # the drainer's own URL. Without ID tokens (locally) that URL only tells where the drainer is.
+    audience = None
+    if settings.internal_api_audience is not None:
+        audience = settings.spool_drainer_url or settings.internal_api_audience
+    auth = InternalAuth.from_settings(settings, audience=audience, allowed_emails=settings.internal_api_callers or None)
     return build_app(settings, drain_service(settings), auth)
