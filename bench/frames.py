@@ -14,8 +14,8 @@ over HTTP. They take command notifications from the command table rather than fr
 emulator (whose push delivers at most two messages at a time per subscription, which would cap both
 modes at two slots).
 
-Claim path, same run: ``--claimers`` threads do claim + heartbeat + commit cycles through the frames
-API for ``--seconds``; the baseline is pgbench running ``UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP
+Claim path, same run: ``--claimers`` threads do claim + commit cycles (one frame each) through the
+frames API for ``--seconds``; the baseline is pgbench running ``UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP
 LOCKED LIMIT 1)`` on a queue with a partial index on its claimable rows, with as many clients.
 
     make up && .venv/bin/python bench/frames.py [--patients 300] [--fixtures 8] [--workers 8]
@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -46,6 +47,7 @@ from sqlalchemy.engine import make_url
 
 from noetl_cloud.db.engine import create_db_engine, normalize_url
 from noetl_cloud.db.migrate import upgrade
+from noetl_cloud.local.components import StackError, pg_bindir
 from noetl_cloud.local.process import gunicorn_argv, http_ok, stop_group, wait_until
 from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.payload.filesystem import FilesystemPayloadStore
@@ -422,6 +424,21 @@ def frame_cycles(frames_port: int, url: str, claimers: int, seconds: float) -> f
     return sum(done) / (time.monotonic() - started)
 
 
+def pgbench_binary() -> str:
+    """pgbench of the PostgreSQL binaries the local stack runs (``NOETL_LOCAL_PG_BINDIR``, else the
+    ``initdb`` it finds), else the one on ``PATH``."""
+    try:
+        beside = pg_bindir() / "pgbench"
+    except StackError:
+        beside = None
+    if beside is not None and beside.exists():
+        return str(beside)
+    found = shutil.which("pgbench")
+    if found is None:
+        raise SystemExit("pgbench was not found beside the stack's PostgreSQL binaries nor on PATH")
+    return found
+
+
 def pgbench_claims(url: str, clients: int, seconds: int) -> float:
     u = make_url(url)
     conn = admin(url, DB)
@@ -437,8 +454,7 @@ def pgbench_claims(url: str, clients: int, seconds: int) -> float:
             "UPDATE bench_queue SET status = 'claimed' WHERE id = "
             "(SELECT id FROM bench_queue WHERE status = 'pending' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED);\n"
         )
-    bindir = sorted(Path("/usr/lib/postgresql").glob("*/bin/pgbench"))
-    binary = str(bindir[-1]) if bindir else "pgbench"
+    binary = pgbench_binary()
     out = subprocess.run(
         [
             binary,
@@ -530,7 +546,7 @@ def main() -> None:
         cycles = frame_cycles(frames_port, url, args.claimers, args.seconds)
         raw = pgbench_claims(url, args.claimers, args.seconds)
         print(f"frame claim+commit cycles/s through the HTTP API ({args.claimers} threads): {cycles:.1f}")
-        print(f"raw SKIP LOCKED LIMIT 1 claims/s (pgbench, {args.claimers} clients): {raw:.1f}")
+        print(f"raw SKIP LOCKED LIMIT 1 claims/s ({pgbench_binary()}, {args.claimers} clients): {raw:.1f}")
         print(f"claim ratio: {cycles / raw:.3f} (goal >= 0.15)")
     finally:
         workers.close()

@@ -5,7 +5,9 @@ frame, writes the rows as Arrow IPC, and commits one event per frame (real Postg
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from tests.integration.control_fixtures import Topics, register
 from tests.integration.frame_fixtures import Frames
 from tests.integration.frame_fixtures import frames as frames
 
+LEASE = 2.0
 CLAIM = """\
 UPDATE cursor_queue q SET frame_id = CAST(:frame_id AS bigint)
 WHERE q.frame_id = CAST(:frame_id AS bigint) OR q.id IN (
@@ -34,12 +37,15 @@ WHERE q.frame_id = CAST(:frame_id AS bigint) OR q.id IN (
   FOR UPDATE SKIP LOCKED)
 RETURNING q.id, q.patient
 """
+SAVE_FRAME = (
+    "INSERT INTO cursor_out (patient, frame_id) SELECT p->>'patient', CAST(:fid AS bigint) "
+    "FROM jsonb_array_elements(CAST(:rows AS jsonb)) p"
+)
 
 
 def playbook(process: str, max_rows: int, slots: int, *, fail_on: str = "") -> str:
     task = (
-        "INSERT INTO cursor_out (patient, frame_id) SELECT p->>'patient', CAST(:fid AS bigint) "
-        "FROM jsonb_array_elements(CAST(:rows AS jsonb)) p"
+        SAVE_FRAME
         if process == "frame"
         else "INSERT INTO cursor_out (patient, frame_id) VALUES (:patient, CAST(:fid AS bigint))"
     )
@@ -94,10 +100,17 @@ def _indent(block: str, spaces: int) -> str:
 
 
 class FlaskApi:
-    """The worker's API port over a Flask test client."""
+    """The worker's API port over Flask test clients, one per thread (the frame heartbeats run on their own)."""
 
-    def __init__(self, client: FlaskClient) -> None:
-        self.client = client
+    def __init__(self, clients: Callable[[], FlaskClient]) -> None:
+        self.clients = clients
+        self.local = threading.local()
+
+    @property
+    def client(self) -> FlaskClient:
+        if not hasattr(self.local, "client"):
+            self.local.client = self.clients()
+        return self.local.client  # type: ignore[no-any-return]
 
     def get(self, path: str) -> ApiResponse:
         r = self.client.get(path)
@@ -113,7 +126,7 @@ class CursorDriver:
 
     def __init__(self, client: FlaskClient, plane: ControlPlane, frames: Frames, database_url: str, root: Path):
         self.client, self.plane = client, plane
-        self.frames_api = FlaskApi(frames.client())
+        self.frames_api = FlaskApi(frames.client)
         self.payloads = FilesystemPayloadStore(root, tenant_id="default", organization_id="default")
         self.keychain = {"pg": {"dsn": database_url}}
         self.tools = default_registry()
@@ -246,3 +259,80 @@ def test_a_failing_frame_is_committed_failed_and_the_loop_step_fails(
     assert _sql(driver, "SELECT status, frames_failed FROM stage") == [("FAILED", 1)]
     # the other frames ran to their end: every row but the failed frame's was saved
     assert _sql(driver, "SELECT count(*) FROM cursor_out") == [(220 + 4,)]
+
+
+LONG_FRAME = f"""\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: cursor_long_frame, path: tests/cursor_long_frame}}
+workload: {{facility: f1, dsn: ""}}
+workflow:
+  - step: fetch
+    loop:
+      iterator: patient
+      cursor:
+        kind: postgres
+        auth: pg
+        claim: |
+{_indent(CLAIM, 10)}
+        params: {{frame_id: "{{{{ __frame_id }}}}", facility: "{{{{ workload.facility }}}}"}}
+      spec:
+        mode: cursor
+        max_in_flight: 1
+        frame: {{max_rows: 100, process: frame, lease_seconds: {LEASE}, heartbeat_seconds: {LEASE / 4}}}
+    tool:
+      - body:
+          kind: python
+          args: {{dsn: "{{{{ workload.dsn }}}}", fid: "{{{{ frame.id }}}}", index: "{{{{ frame.index }}}}"}}
+          code: |
+            def main(dsn, fid, index):
+                import time, pg8000.native, urllib.parse as u
+                p = u.urlparse(dsn)
+                c = pg8000.native.Connection(p.username, host=p.hostname, port=p.port,
+                                             database=p.path.lstrip("/"), password=p.password)
+                deadline = time.monotonic() + 120
+                # The first frame's body runs until its worker heartbeated it 12 times after frame.started.
+                beats = "SELECT heartbeats FROM frame WHERE frame_id = :f"
+                while int(index) == 0 and c.run(beats, f=int(fid))[0][0] < 13:
+                    assert time.monotonic() < deadline, "the worker stopped heartbeating"
+                    time.sleep(0.05)
+                c.close()
+                return index
+      - save:
+          kind: postgres
+          auth: pg
+          command: "{SAVE_FRAME}"
+          params: {{rows: "{{{{ frame.rows }}}}", fid: "{{{{ frame.id }}}}"}}
+"""
+
+
+def test_the_worker_heartbeats_a_frame_running_three_leases_long_and_it_is_never_abandoned(
+    driver: CursorDriver, client: FlaskClient, frames: Frames, database_url: str
+) -> None:
+    register(client, LONG_FRAME)
+    stop = threading.Event()
+    reaped: list[dict[str, Any]] = []
+
+    def reaper() -> None:  # any lapse of the lease would be released at once
+        own = frames.client()
+        while not stop.wait(0.05):
+            reaped.append(own.post("/api/internal/frames/reap").get_json())
+
+    thread = threading.Thread(target=reaper)
+    thread.start()
+    try:
+        detail = driver.run("tests/cursor_long_frame", {"dsn": database_url})
+    finally:
+        stop.set()
+        thread.join()
+    assert detail["status"] == "completed", detail["error"]
+    assert _sql(driver, "SELECT count(*), count(DISTINCT patient) FROM cursor_out") == [(230, 230)]
+    assert len(reaped) > 0 and sum(r["released"] for r in reaped) == 0
+    stage_id = str(_sql(driver, "SELECT stage_id FROM stage")[0][0])
+    first = next(f for f in frames.frames(stage_id) if f["frame_index"] == 0)
+    types = [e["event_type"] for e in frames.events(stage_id) if e["aggregate_id"] == str(first["frame_id"])]
+    assert types.count("frame.dispatched") == 1 and "frame.abandoned" not in types
+    assert types.count("frame.heartbeat") >= 12 and types[-1] == "frame.committed"
+    assert (first["status"], first["attempts"], first["row_count"]) == ("COMMITTED", 1, 100)
+    # Its body ran at least three leases: twelve heartbeats a quarter lease apart.
+    assert first["output_ref"]["metrics"]["ms"] >= 3 * LEASE * 1000

@@ -6,8 +6,10 @@ deployed, without processes): what is asserted is read back from the frame rows 
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import Counter, defaultdict
+from datetime import datetime, timedelta
 from typing import Any
 
 from noetl_cloud.local.process import wait_until
@@ -16,6 +18,7 @@ from tests.integration.frame_fixtures import frames as frames
 
 WORKERS = 8
 FRAMES = 2000
+LOST = ("lease_lost", "frame_already_terminal")
 
 
 def _expired(frames: Frames, frame_id: str) -> bool:
@@ -86,6 +89,112 @@ def test_eight_workers_on_one_stage_of_2000_frames_commit_each_frame_exactly_onc
     owners = {str(r["frame_id"]): r["owner_worker"] for r in rows}
     assert all(dispatched[fid]["worker_id"] == owners[fid] for fid in owners)  # the committer held the lease
     assert frames.stage_events(stage_id)[-1]["payload"]["frames_committed"] == FRAMES
+
+
+def test_eight_workers_with_crashes_and_expiring_leases_never_share_a_live_lease_and_commit_each_frame_once(
+    frames: Frames,
+) -> None:
+    """The same stage of 2,000 frames, with churn: every 20th frame's first holder dies (no heartbeat, no
+    commit), leases are one second, a reaper runs all along. Each attempt's lease window is read from the
+    database's own timestamps (``lease_until`` of the claim and of every accepted heartbeat): the next
+    attempt of a frame must start after the previous one's lease ended."""
+    lease = 1.0
+    stage_id = frames.stage(frame_limit=FRAMES, lease_seconds=lease, heartbeat_seconds=0.25, max_attempts=20)
+    windows: dict[str, list[list[Any]]] = defaultdict(list)  # frame → [attempt, worker, start, end] per claim
+    lock = threading.Lock()
+    committed: Counter[str] = Counter()
+    crashed: dict[str, str] = {}
+    refused: Counter[str] = Counter()
+    errors: list[Any] = []
+    stop = threading.Event()
+
+    def work(worker: str) -> None:
+        client = frames.client()
+        while not stop.is_set():
+            answer = claim(client, stage_id, worker, requested_count=2)
+            if answer.status_code == 409:  # stage_not_open: every frame is committed
+                return
+            if answer.status_code != 200:
+                errors.append(answer.get_json())
+                return
+            claimed = answer.get_json()["frames"]
+            if not claimed:  # the dead workers' frames come back once their leases expire
+                stop.wait(0.05)
+                continue
+            for frame in claimed:
+                fid, attempt = frame["frame_id"], frame["attempt"]
+                until = datetime.fromisoformat(frame["lease_until"])
+                window = [attempt, worker, until - timedelta(seconds=lease), until]
+                with lock:
+                    windows[fid].append(window)
+                if frame["frame_index"] % 20 == 0 and attempt == 1:
+                    crashed[fid] = worker  # this holder dies here
+                    continue
+                beat = heartbeat(client, fid, worker)
+                if beat.status_code == 200:
+                    window[3] = max(window[3], datetime.fromisoformat(beat.get_json()["lease_until"]))
+                    result = commit(client, fid, worker, row_count=1)
+                else:
+                    result = beat
+                if result.status_code == 200:
+                    with lock:
+                        committed[fid] += 1
+                elif result.status_code == 409 and result.get_json()["error"]["code"] in LOST:
+                    refused[fid] += 1  # slower than its lease: another worker reclaimed (and maybe committed) it
+                else:
+                    errors.append(result.get_json())
+
+    def reaper() -> None:
+        client = frames.client()
+        while not stop.wait(0.2):
+            reaped = client.post("/api/internal/frames/reap")
+            if reaped.status_code != 200:
+                errors.append(reaped.get_json())
+
+    threads = [threading.Thread(target=work, args=(f"worker-{n}",)) for n in range(WORKERS)]
+    threads.append(threading.Thread(target=reaper))
+    for thread in threads:
+        thread.start()
+    for thread in threads[:WORKERS]:
+        thread.join()
+    stop.set()
+    threads[-1].join()
+
+    assert errors == []
+    assert len(crashed) == FRAMES // 20
+    # No frame held by two live leases: attempts 1..k, each claimed once, each after the last one's lease ended.
+    assert len(windows) == FRAMES
+    for fid, held in windows.items():
+        held.sort(key=lambda w: w[0])
+        assert [w[0] for w in held] == list(range(1, len(held) + 1)), (fid, held)
+        for before, after in itertools.pairwise(held):
+            assert after[2] > before[3], (fid, before, after)
+    # Every frame committed exactly once (by the workers' count and by the event log).
+    assert set(committed) == set(windows) and set(committed.values()) == {1}
+    events = frames.events(stage_id)
+    per_frame: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for event in events:
+        per_frame[event["aggregate_id"]].append(event)
+    assert {fid: [e["event_type"] for e in got].count("frame.committed") for fid, got in per_frame.items()} == {
+        fid: 1 for fid in windows
+    }
+    assert not any(e["event_type"] == "frame.failed" for e in events)
+    # Attempts recorded: the row's count, one frame.dispatched per claim, a frame.abandoned before each reclaim.
+    rows = {str(r["frame_id"]): r for r in frames.frames(stage_id)}
+    assert {r["status"] for r in rows.values()} == {"COMMITTED"}
+    for fid, got in per_frame.items():
+        types = [e["event_type"] for e in got]
+        dispatched = [e["payload"] for e in got if e["event_type"] == "frame.dispatched"]
+        assert rows[fid]["attempts"] == len(windows[fid]) == len(dispatched)
+        assert [p["attempt"] for p in dispatched] == list(range(1, len(dispatched) + 1))
+        assert [p["worker_id"] for p in dispatched] == [w[1] for w in windows[fid]]
+        assert types.count("frame.abandoned") == len(dispatched) - 1
+        assert types[-1] == "frame.committed" and got[-1]["payload"]["attempt"] == len(dispatched)
+    for fid, worker in crashed.items():
+        abandoned = next(e["payload"] for e in per_frame[fid] if e["event_type"] == "frame.abandoned")
+        assert (abandoned["attempt"], abandoned["previous_worker_id"]) == (1, worker)
+        assert rows[fid]["attempts"] >= 2
+    assert sum(refused.values()) == sum(len(w) for w in windows.values()) - FRAMES - len(crashed)
 
 
 def test_a_worker_killed_mid_frame_is_abandoned_reclaimed_and_committed_once(frames: Frames) -> None:

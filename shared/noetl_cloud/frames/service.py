@@ -53,13 +53,12 @@ _FRAME_COLUMNS = (
     "f.frame_id, f.stage_id, f.execution_id, f.frame_index, f.status, f.owner_worker, f.lease_until, "
     "f.attempts, f.heartbeats, f.cursor, f.claimed_event_id, f.terminal_event_id, f.parent_frame_id, f.command_id"
 )
-_PENDING = text(
-    f"SELECT {_FRAME_COLUMNS} FROM frame f WHERE f.stage_id = :stage AND f.status = 'PENDING' "
-    "LIMIT :n FOR UPDATE SKIP LOCKED"
-)
-_EXPIRED = text(
-    f"SELECT {_FRAME_COLUMNS} FROM frame f WHERE f.stage_id = :stage AND f.status IN ('CLAIMED', 'RUNNING') "
-    "AND f.lease_until < now() ORDER BY f.lease_until LIMIT :n FOR UPDATE SKIP LOCKED"
+# Pending frames first, then expired leases (oldest first): one round trip, on the partial index of
+# claimable rows (``ix_frame_claimable``: committed frames are not in it).
+_PICK = text(
+    f"SELECT {_FRAME_COLUMNS} FROM frame f WHERE f.stage_id = :stage AND (f.status = 'PENDING' "
+    "OR (f.status IN ('CLAIMED', 'RUNNING') AND f.lease_until < now())) "
+    "ORDER BY f.status = 'PENDING' DESC, f.lease_until LIMIT :n FOR UPDATE SKIP LOCKED"
 )
 _MINT = text(
     "UPDATE stage s SET next_frame_index = s.next_frame_index "
@@ -278,68 +277,79 @@ class FrameService:
     # -- claim ----------------------------------------------------------------------------------
 
     def claim(self, stage_id: int, body: ClaimRequest) -> dict[str, Any]:
-        """Lease up to ``requested_count`` frames of the stage to ``body.worker_id``."""
+        """Lease up to ``requested_count`` frames of the stage to ``body.worker_id``.
+
+        One connection, two transactions: the first picks pending and expired frames (and dispatches
+        them), then reserves boundaries for the rest as its last statement, so the stage row is locked
+        only while that transaction commits; the second inserts the frames minted at those boundaries.
+        """
         outbox: list[OutboxRow] = []
         wanted = body.requested_count
         minted: tuple[int, int, datetime] | None = None
-        with self.engine.begin() as conn:
-            stage = self._stage_for_claim(conn, stage_id)
-            policy = FramePolicy.model_validate(stage.frame_policy)
-            lease = body.lease_seconds or policy.lease_seconds
-            picked = list(conn.execute(_PENDING, {"stage": stage_id, "n": wanted}))
-            recovered: list[tuple[Any, EventEnvelope]] = []
-            events: list[EventEnvelope] = []
-            if len(picked) < wanted:
-                for row in conn.execute(_EXPIRED, {"stage": stage_id, "n": wanted - len(picked)}):
+        with self.engine.connect() as conn:
+            with conn.begin():
+                stage = self._stage_for_claim(conn, stage_id)
+                policy = FramePolicy.model_validate(stage.frame_policy)
+                lease = body.lease_seconds or policy.lease_seconds
+                picked: list[Any] = []
+                recovered: list[tuple[Any, EventEnvelope]] = []
+                events: list[EventEnvelope] = []
+                for row in conn.execute(_PICK, {"stage": stage_id, "n": wanted}):
+                    if row.status == "PENDING":
+                        picked.append(row)
+                        continue
                     abandoned = self._abandoned(row, policy, reclaimer=body.worker_id)
                     events.append(abandoned)
                     if row.attempts >= policy.max_attempts:
                         events.append(self._fail_exhausted(conn, row, policy, abandoned))
                     else:
                         recovered.append((row, abandoned))
-            dispatch = [(row, None) for row in picked] + recovered
-            dispatched: dict[int, EventEnvelope] = {}
-            for row, cause in dispatch:
-                event = self._dispatched(row, row.attempts + 1, body, policy, lease, cause)
-                dispatched[int(row.frame_id)] = event
-                events.append(event)
-            self._append(conn, events, outbox)
-            leases: dict[int, datetime] = {}
-            if dispatched:
-                for fid, until in conn.execute(
-                    _CLAIM_ROWS,
-                    {
-                        "worker": body.worker_id,
-                        "lease": lease,
-                        "command": int(body.command_id) if body.command_id else None,
-                        "ids": list(dispatched),
-                        "events": [int(e.event_id) for e in dispatched.values()],
-                    },
-                ):
-                    leases[int(fid)] = until
-            claimed = [
-                self._claimed(row, row.attempts + 1, leases[int(row.frame_id)], stage, policy) for row, _ in dispatch
-            ]
-            if len(claimed) < wanted and not stage.exhausted:
-                minted = self._mint(conn, stage, wanted - len(claimed))
-        if minted is not None:
-            claimed += self._claim_minted(stage, minted, body, policy, lease, outbox)
+                dispatch = [(row, None) for row in picked] + recovered
+                dispatched: dict[int, EventEnvelope] = {}
+                for row, cause in dispatch:
+                    event = self._dispatched(row, row.attempts + 1, body, policy, lease, cause)
+                    dispatched[int(row.frame_id)] = event
+                    events.append(event)
+                self._append(conn, events, outbox)
+                leases: dict[int, datetime] = {}
+                if dispatched:
+                    for fid, until in conn.execute(
+                        _CLAIM_ROWS,
+                        {
+                            "worker": body.worker_id,
+                            "lease": lease,
+                            "command": int(body.command_id) if body.command_id else None,
+                            "ids": list(dispatched),
+                            "events": [int(e.event_id) for e in dispatched.values()],
+                        },
+                    ):
+                        leases[int(fid)] = until
+                claimed = [
+                    self._claimed(row, row.attempts + 1, leases[int(row.frame_id)], stage, policy)
+                    for row, _ in dispatch
+                ]
+                if len(claimed) < wanted and not stage.exhausted:
+                    minted = self._mint(conn, stage, wanted - len(claimed))  # the last statement
+            if minted is not None:
+                claimed += self._claim_minted(conn, stage, minted, body, policy, lease, outbox)
         self._publish(outbox)
         return {"stage_id": str(stage_id), "frames": claimed, "exhausted": bool(stage.exhausted)}
 
-    def _mint(self, conn: Connection, stage: Any, n: int) -> tuple[int, int, datetime] | None:
+    @staticmethod
+    def _mint(conn: Connection, stage: Any, n: int) -> tuple[int, int, datetime] | None:
         """Reserve the next ``n`` frame boundaries (or fewer, at the frame limit), and the database's time.
 
-        Its own short transaction: the stage row is locked only for this statement, so claimers mint
-        concurrently. A claimer that dies before inserting its frames leaves a gap in ``frame_index``,
-        which nothing depends on (rows are tied to frames by the cursor, not by the index).
+        The last statement of the claim's first transaction: the stage row is locked from here to that
+        transaction's commit only, so claimers mint concurrently. A claimer that dies before inserting
+        its frames leaves a gap in ``frame_index``, which nothing depends on (rows are tied to frames by
+        the cursor, not by the index).
         """
-        with self.engine.begin() as mint:
-            row = mint.execute(_MINT, {"stage": int(stage.stage_id), "n": n}).first()
+        row = conn.execute(_MINT, {"stage": int(stage.stage_id), "n": n}).first()
         return None if row is None or row.stop <= row.first else (int(row.first), int(row.stop), row.now)
 
     def _claim_minted(
         self,
+        conn: Connection,
         stage: Any,
         span: tuple[int, int, datetime],
         body: ClaimRequest,
@@ -353,7 +363,7 @@ class FrameService:
         frames: list[dict[str, Any]] = []
         claimed: list[dict[str, Any]] = []
         streams: list[tuple[str, list[EventEnvelope]]] = []
-        with self.engine.begin() as conn:
+        with conn.begin():
             parent = None  # frames minted together form a chain (parent_frame_id)
             until = now + timedelta(seconds=lease)
             for index in range(first, stop):
