@@ -139,6 +139,7 @@ class Outcome:
     terminal: int = 0
     completed: int = 0
     effect_reruns: int = 0
+    reissued: int = 0  # commands issued again because their claim lease ran out (their effect may rerun)
     parity_ok: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -483,6 +484,13 @@ class FaultStack:
         outcome.completed = sum(1 for r in rows if r.status == "completed")
         effects = self.sink.of(keys)
         outcome.effect_reruns = sum(n - 1 for n in effects.values() if n > 1)
+        outcome.reissued = int(
+            self.sql(
+                "SELECT count(*) AS n FROM event WHERE event_type = 'command.issued' "
+                "AND payload->>'reason' = 'lease_expired' AND execution_id = ANY(:ids)",
+                ids=[int(r.execution_id) for r in rows],
+            )[0].n
+        )
         missing_effects = [k for k, n in effects.items() if n == 0]
         if missing_effects:
             outcome.notes.append(f"{len(missing_effects)} keys without an effect")
@@ -497,13 +505,13 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
 def table(outcomes: list[Outcome]) -> list[str]:
     head = (
         f"{'scenario':<24} {'msgs in':>7} {'execs':>6} {'dups':>5} {'lost':>5} {'terminal':>8} "
-        f"{'completed':>9} {'reruns':>6} {'parity':>6} {'secs':>6}"
+        f"{'completed':>9} {'reruns':>6} {'reissued':>8} {'parity':>6} {'secs':>6}"
     )
     lines = [head, "-" * len(head)]
     for o in outcomes:
         lines.append(
             f"{o.scenario:<24} {o.messages_in:>7} {o.executions:>6} {o.duplicates:>5} {o.lost:>5} "
-            f"{o.terminal:>8} {o.completed:>9} {o.effect_reruns:>6} {o.parity_ok:>6} {o.seconds:>6.1f}"
+            f"{o.terminal:>8} {o.completed:>9} {o.effect_reruns:>6} {o.reissued:>8} {o.parity_ok:>6} {o.seconds:>6.1f}"
             + (f"  ({'; '.join(o.notes)})" if o.notes else "")
         )
     return lines
