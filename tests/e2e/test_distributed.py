@@ -27,7 +27,7 @@ from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.local.process import stop_group, wait_until
 from noetl_cloud.web.client import ApiClient, static_token
 from tests.e2e.roles import free_port, start
-from tests.integration.control_fixtures import PROJECT, TOKEN, Topics
+from tests.integration.control_fixtures import PROJECT, TOKEN, Topics, events_topic_for
 from tests.integration.distributed_driver import PLAYBOOKS, golden_content
 
 PUSH_TOKEN = secrets.token_hex(12)
@@ -171,6 +171,7 @@ def cluster(database_url: str, local_env: dict[str, str], prefix: str, **extra: 
         "NOETL_PROJECT_ID": PROJECT,
         "NOETL_POOLS": "shared,iot",
         "NOETL_COMMAND_TOPIC_PREFIX": prefix,
+        "NOETL_EVENTS_TOPIC": events_topic_for(prefix),
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
         **extra,
     }

@@ -10,7 +10,7 @@ import pytest
 
 from noetl_cloud.web.client import ApiClient, static_token
 from tests.e2e.roles import role
-from tests.integration.control_fixtures import TOKEN, Topics, playbook
+from tests.integration.control_fixtures import TOKEN, Topics, events_topic_for, playbook
 
 
 @pytest.fixture
@@ -20,6 +20,7 @@ def role_url(database_url: str, local_env: dict[str, str], topic_prefix: str, to
         "NOETL_DATABASE_URL": database_url,
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
         "NOETL_COMMAND_TOPIC_PREFIX": topic_prefix,
+        "NOETL_EVENTS_TOPIC": events_topic_for(topic_prefix),
         "NOETL_POOLS": "shared,iot",
     }
     with role("execute", env) as url:

@@ -30,7 +30,7 @@ from standardwebhooks.webhooks import Webhook
 from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.web.client import ApiClient, static_token
 from tests.e2e.roles import role
-from tests.integration.control_fixtures import TOKEN, Topics, playbook
+from tests.integration.control_fixtures import TOKEN, Topics, events_topic_for, playbook
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 HMAC_SECRET = "hmac-shared-secret"
@@ -150,6 +150,7 @@ def stack(
         "NOETL_DATABASE_URL": database_url,
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
         "NOETL_COMMAND_TOPIC_PREFIX": topic_prefix,
+        "NOETL_EVENTS_TOPIC": events_topic_for(topic_prefix),
         "NOETL_POOLS": "shared,iot",
         "NOETL_SECRET_HMAC_SECRET": HMAC_SECRET,
         "NOETL_SECRET_SW_SECRET": SW_SECRET,

@@ -18,7 +18,7 @@ from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.local.process import stop_group, wait_until
 from noetl_cloud.web.client import ApiClient, static_token
 from tests.e2e.roles import free_port, role, start
-from tests.integration.control_fixtures import PROJECT, TOKEN, Topics, playbook
+from tests.integration.control_fixtures import PROJECT, TOKEN, Topics, events_topic_for, playbook
 
 PUSH_TOKEN = secrets.token_hex(12)
 SUBSCRIPTION = """\
@@ -61,6 +61,7 @@ def test_emulator_push_makes_one_execution_per_message_even_after_a_nack(
         "NOETL_DATABASE_URL": database_url,
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
         "NOETL_COMMAND_TOPIC_PREFIX": topic_prefix,
+        "NOETL_EVENTS_TOPIC": events_topic_for(topic_prefix),
         "NOETL_POOLS": "shared,iot",
         "NOETL_SECRET_PUSH_TOKEN": PUSH_TOKEN,
     }

@@ -21,7 +21,7 @@ from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.local.process import stop_group
 from tests.e2e.roles import free_port, start
 from tests.e2e.test_distributed import BLOCKING, GOLDENS, Cluster, _fill, cluster
-from tests.integration.control_fixtures import PROJECT, TOKEN, Topics
+from tests.integration.control_fixtures import PROJECT, TOKEN, Topics, events_topic_for
 from tests.integration.distributed_driver import PLAYBOOKS, golden_content
 
 PUSH_TOKEN = "e2e-projector-token"
@@ -31,10 +31,9 @@ PUSH_TOKEN = "e2e-projector-token"
 def replay_stack(
     database_url: str, local_env: dict[str, str], topic_prefix: str, topics: Topics
 ) -> Iterator[tuple[Cluster, str]]:
-    events = topic_prefix.removesuffix("-commands-") + "-events"
+    events = events_topic_for(topic_prefix)  # created (and deleted) by the topics fixture
     publisher = pubsub_v1.PublisherClient()
     topic = publisher.topic_path(PROJECT, events)
-    publisher.create_topic(name=topic)
     env = {
         **local_env,
         "NOETL_DATABASE_URL": database_url,
@@ -64,7 +63,6 @@ def replay_stack(
         topics.subscriber.delete_subscription(subscription=subscription)
         stop_group(projector.pid)
         projector.wait()
-        publisher.delete_topic(topic=topic)
 
 
 def _verify(stack: Cluster, eid: str, wait: float = 60) -> subprocess.CompletedProcess[str]:

@@ -29,7 +29,7 @@ from noetl_cloud.local.process import stop_group, wait_until
 from noetl_cloud.web.client import ApiClient, static_token
 from tests.e2e.roles import free_port, start, start_runtime
 from tests.e2e.test_distributed import cluster
-from tests.integration.control_fixtures import PROJECT, TOKEN, Topics, playbook
+from tests.integration.control_fixtures import PROJECT, TOKEN, Topics, events_topic_for, playbook
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -172,6 +172,7 @@ def control_env(database_url: str, local_env: dict[str, str], prefix: str) -> di
         "NOETL_PROJECT_ID": PROJECT,
         "NOETL_POOLS": "shared,iot",
         "NOETL_COMMAND_TOPIC_PREFIX": prefix,
+        "NOETL_EVENTS_TOPIC": events_topic_for(prefix),
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
     }
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from google.api_core.exceptions import NotFound
+from google.api_core.exceptions import AlreadyExists, NotFound
 from google.cloud import pubsub_v1
 from pydantic import SecretStr
 
@@ -71,6 +71,12 @@ class Topics:
         return received
 
 
+def events_topic_for(prefix: str) -> str:
+    """The test's own events topic: the mirror of its events stays out of the stack's ``noetl-events``
+    (pushed to the local projector) and out of the command prefix the outbox sweep matches."""
+    return prefix.removesuffix("-commands-") + "-events"
+
+
 def make_settings(database_url: str, env: dict[str, str], prefix: str, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "environment": "test",
@@ -79,6 +85,7 @@ def make_settings(database_url: str, env: dict[str, str], prefix: str, **overrid
         "pubsub_emulator_host": env["PUBSUB_EMULATOR_HOST"],
         "pools": ("shared", "iot"),
         "command_topic_prefix": prefix,
+        "events_topic": events_topic_for(prefix),
         "internal_api_token": SecretStr(TOKEN),
         "db_pool_size": 10,
         "db_max_overflow": 20,
@@ -108,7 +115,17 @@ def topics(control_settings: Settings) -> Iterator[Topics]:
         publisher.create_topic(name=topic)
         subs[pool] = subscriber.subscription_path(PROJECT, control_settings.command_topic(pool))
         subscriber.create_subscription(name=subs[pool], topic=topic, ack_deadline_seconds=60)
+    # Created without a subscription: the emulator drops what is published to it.
+    events = publisher.topic_path(PROJECT, events_topic_for(control_settings.command_topic_prefix))
+    try:
+        publisher.create_topic(name=events)
+    except AlreadyExists:
+        pass
     yield Topics(control_settings.command_topic_prefix, subscriber, subs)
+    try:
+        publisher.delete_topic(topic=events)
+    except NotFound:
+        pass
     for pool, sub in subs.items():
         try:
             subscriber.delete_subscription(subscription=sub)

@@ -23,7 +23,7 @@ from noetl_cloud.projector.app import build_app as build_projector_app
 from noetl_cloud.projector.app import push_auth_from_settings
 from noetl_cloud.projector.bootstrap import ProjectorRole
 from noetl_cloud.settings import Settings
-from tests.integration.control_fixtures import PROJECT, TOKEN, Topics, make_settings
+from tests.integration.control_fixtures import PROJECT, TOKEN, Topics, events_topic_for, make_settings
 
 PUSH_TOKEN = "projector-push-token"
 
@@ -53,7 +53,7 @@ class EventsTopic:
 
 @pytest.fixture
 def events_topic_name(topic_prefix: str) -> str:
-    return topic_prefix.removesuffix("-commands-") + "-events"  # not under the command prefix
+    return events_topic_for(topic_prefix)
 
 
 @pytest.fixture
@@ -75,8 +75,7 @@ def replay_settings(
 @pytest.fixture
 def events_topic(replay_settings: Settings, topics: Topics) -> Iterator[EventsTopic]:
     publisher = pubsub_v1.PublisherClient()
-    topic = publisher.topic_path(PROJECT, replay_settings.events_topic)
-    publisher.create_topic(name=topic)
+    topic = publisher.topic_path(PROJECT, replay_settings.events_topic)  # made by the topics fixture
     subscription = topics.subscriber.subscription_path(PROJECT, replay_settings.events_topic)
     topics.subscriber.create_subscription(
         request={"name": subscription, "topic": topic, "ack_deadline_seconds": 60, "enable_message_ordering": True}

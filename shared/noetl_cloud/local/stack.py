@@ -241,20 +241,24 @@ class LocalStack:
         return f"{topic} → worker (port {port})"
 
     def _ensure_projector_push(self, env: dict[str, str]) -> str:
-        """The push subscription of ``noetl-events`` to the local projector, ordered by execution."""
+        """The push subscription of ``noetl-events`` to the local projector.
+
+        Unordered, unlike Terraform's: the emulator's ordered push holds a thread per ordering key
+        (an execution), and tens of thousands of executions (the runtime's soak, a benchmark) grew it
+        past 20,000 threads and the machine's load past 10,000. The projector does not need the order:
+        a delivery folds its execution up to the tip, so deliveries in any order converge."""
         from noetl_cloud.settings import Settings
 
         topic = Settings().events_topic
         port = self.port_base + ROLE_PORTS["projector"]
         endpoint = f"http://127.0.0.1:{port}/?token={env['NOETL_PROJECTOR_PUSH_TOKEN']}"
-        self._ensure_push(env, topic, f"{topic}-projector", endpoint, ordered=True)
+        self._ensure_push(env, topic, f"{topic}-projector", endpoint)
         return f"{topic} → projector (port {port})"
 
     @staticmethod
-    def _ensure_push(
-        env: dict[str, str], topic: str, subscription: str, endpoint: str, *, ordered: bool = False
-    ) -> None:
-        """Create the emulator's push subscription, or point an existing one at ``endpoint``."""
+    def _ensure_push(env: dict[str, str], topic: str, subscription: str, endpoint: str) -> None:
+        """Create the emulator's (unordered) push subscription, or point an existing one at ``endpoint``;
+        one an earlier version created with message ordering is created again without."""
         from google.api_core.exceptions import AlreadyExists
         from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
@@ -263,20 +267,23 @@ class LocalStack:
         with emulator(env["PUBSUB_EMULATOR_HOST"]):
             subscriber = pubsub_v1.SubscriberClient()
             name = subscriber.subscription_path(PROJECT_ID, subscription)
+            request = {
+                "name": name,
+                "topic": f"projects/{PROJECT_ID}/topics/{topic}",
+                "push_config": {"push_endpoint": endpoint},
+                "ack_deadline_seconds": 60,
+            }
             try:
-                subscriber.create_subscription(
-                    request={
-                        "name": name,
-                        "topic": f"projects/{PROJECT_ID}/topics/{topic}",
-                        "push_config": {"push_endpoint": endpoint},
-                        "ack_deadline_seconds": 60,
-                        "enable_message_ordering": ordered,
-                    }
-                )
-            except AlreadyExists:
-                subscriber.modify_push_config(
-                    request={"subscription": name, "push_config": {"push_endpoint": endpoint}}
-                )
+                try:
+                    subscriber.create_subscription(request=request)
+                except AlreadyExists:
+                    if subscriber.get_subscription(subscription=name).enable_message_ordering:
+                        subscriber.delete_subscription(subscription=name)
+                        subscriber.create_subscription(request=request)
+                    else:
+                        subscriber.modify_push_config(
+                            request={"subscription": name, "push_config": {"push_endpoint": endpoint}}
+                        )
             finally:
                 subscriber.close()
 

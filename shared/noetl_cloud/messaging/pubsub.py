@@ -73,9 +73,16 @@ class PubSubPublisher:
                 # A failure pauses its ordering key; resume it once (a second resume of a key raises).
                 if message.ordering_key and (message.topic, message.ordering_key) not in resumed:
                     resumed.add((message.topic, message.ordering_key))
-                    self.client.resume_publish(self.topic_path(message.topic), message.ordering_key)
+                    self._resume(message.topic, message.ordering_key)
                 out.append(None)
         return out
+
+    def _resume(self, topic: str, ordering_key: str) -> None:
+        try:
+            self.client.resume_publish(self.topic_path(topic), ordering_key)
+        except RuntimeError:
+            # "Ordering key is not paused": another caller sharing this client resumed it first.
+            log.debug("ordering key of %s already resumed", topic)
 
     def ensure_topics(self, topics: Sequence[str]) -> None:
         for topic in topics:
