@@ -16,25 +16,37 @@ from noetl_cloud.settings import Settings
 INFRA = Path(__file__).resolve().parents[2] / "infra" / "modules"
 
 
-def _job(name: str) -> str:
-    text = (INFRA / "stack" / "main.tf").read_text()
-    found = re.search(r'"\$\{var\.name_prefix\}-' + re.escape(name) + r'"\s*=\s*\{(?P<body>.*?)time_zone', text, re.S)
-    assert found, f"no scheduler job {name}"
-    return found.group("body")
+def _block(text: str, opener: str) -> str:
+    """The body of the ``opener { ... }`` block (braces balanced)."""
+    at = text.index(opener) + len(opener)
+    depth, i = 1, at
+    while depth:
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        i += 1
+    return text[at : i - 1]
 
 
 def test_a_scheduler_job_posts_the_frames_reaper_every_minute_with_the_frames_audience() -> None:
-    body = _job("frame-reaper")
-    assert re.search(r'uri\s*=\s*"\$\{local\.url\["frames"\]\}/api/internal/frames/reap"', body)
-    assert re.search(r'audience\s*=\s*local\.url\["frames"\]', body)
-    schedule = re.search(r"schedule\s*=\s*var\.maintenance_schedules\.(\w+)", body)
+    stack = (INFRA / "stack" / "main.tf").read_text()
+    job = _block(stack, "frame-reaper = {")
+    assert re.search(r'route\s*=\s*"frame_reaper"', job)
+    assert re.search(r'needs\s*=\s*"frames"', job)
+    route = re.search(r"frame_reaper\s*=\s*\{([^}]*)\}", _block(stack, "routes = {"))
+    assert route is not None
+    assert 'role = "frames"' in route.group(1) and 'method = "POST"' in route.group(1)
+    assert 'path = "/api/internal/frames/reap"' in route.group(1)
+    # Every maintenance job calls its route's role at that role's URL, which is the audience too.
+    jobs = _block(stack, "scheduler_jobs = merge(")
+    assert 'uri         = "${local.url[local.routes[j.route].role]}${local.routes[j.route].path}"' in jobs
+    assert "audience    = local.url[local.routes[j.route].role]" in jobs
+    schedule = re.search(r"schedule\s*=\s*var\.maintenance_schedules\.(\w+)", job)
     assert schedule is not None
     variables = (INFRA / "stack" / "variables.tf").read_text()
     assert re.search(schedule.group(1) + r'\s*=\s*optional\(string,\s*"\* \* \* \* \*"\)', variables)
     # The scheduler's identity may invoke the frames service, and its jobs carry an OIDC token for it.
     iam = (INFRA / "iam" / "main.tf").read_text()
-    targets = re.search(r"scheduler_targets\s*=\s*setintersection\(var\.roles,\s*\[([^\]]*)\]\)", iam)
-    assert targets is not None and '"frames"' in targets.group(1)
+    frames_callers = re.search(r"^\s*frames\s*=\s*concat\((.*)\)\s*$", iam, re.M)
+    assert frames_callers is not None and "local.sched_member" in frames_callers.group(1)
     assert "oidc_token" in (INFRA / "scheduler" / "main.tf").read_text()
 
 
