@@ -166,11 +166,14 @@ def test_the_nats_source_drains_a_durable_consumer_and_acks(jetstream: str) -> N
     _setup_stream(jetstream, 4)
     tool = SubscriptionTool()
     config = {"source": "nats", "stream": "ORDERS", "consumer": "drain", "url": jetstream, "batch": 10}
-    outcome = tool.run(call(**config, timeout_ms=2000))
-    assert outcome.status == "ok", outcome
-    assert sorted(m["payload"]["n"] for m in outcome.result["messages"]) == [0, 1, 2, 3]
-    assert all(m["headers"]["x-noetl-pool"] == "iot" for m in outcome.result["messages"])
-    assert tool.run(call(**config, timeout_ms=500)).result["count"] == 0
+    try:
+        outcome = tool.run(call(**config, timeout_ms=2000))
+        assert outcome.status == "ok", outcome
+        assert sorted(m["payload"]["n"] for m in outcome.result["messages"]) == [0, 1, 2, 3]
+        assert all(m["headers"]["x-noetl-pool"] == "iot" for m in outcome.result["messages"])
+        assert tool.run(call(**config, timeout_ms=500)).result["count"] == 0
+    finally:
+        tool.close()
 
 
 def test_the_nats_source_streams_into_a_callback_within_max_in_flight(jetstream: str) -> None:

@@ -68,6 +68,13 @@ class SubscriptionTool:
         self._sources: dict[tuple[str, ...], Any] = {}
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        """Close the source clients this tool opened (a NATS client would otherwise keep reconnecting)."""
+        with self._lock:
+            sources, self._sources = list(self._sources.values()), {}
+        for source in sources:
+            source.close()
+
     def _source(self, config: Mapping[str, Any]) -> Any:
         key = _source_key(config)
         with self._lock:
