@@ -99,6 +99,7 @@ def role_env(stack_env: dict[str, str], role: str) -> dict[str, str]:
         "NOETL_INTERNAL_API_TOKEN": token,
         "NOETL_API_URL": "http://127.0.0.1:9",
         "NOETL_WORKER_PUSH_TOKEN": token,
+        "NOETL_PROJECTOR_PUSH_TOKEN": token,  # the projector, like the worker, refuses to start without one
         "NOETL_LOG_LEVEL": "WARNING",
     }
 
