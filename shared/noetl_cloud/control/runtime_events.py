@@ -23,7 +23,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 from noetl_cloud.control.lifecycle import SubscriptionService
 from noetl_cloud.envelope import EventFactory
 from noetl_cloud.errors import ValidationFailed
-from noetl_cloud.eventlog.port import DuplicateIdempotencyKey
+from noetl_cloud.eventlog.port import append_each_once
 from noetl_cloud.eventlog.postgres import PostgresEventStore
 from noetl_cloud.web import json_body
 from noetl_cloud.web.errors import validation_details
@@ -82,24 +82,21 @@ class RuntimeEventService:
                 )
         sid = str(subscription_id)
         stream = f"subscription/{sid}/runtime"
-        recorded = duplicates = 0
-        for event, payload in zip(events, payloads, strict=True):
-            envelope = self.events.new(
-                event.event_type,
-                stream_id=stream,
-                aggregate_type="subscription",
-                aggregate_id=sid,
-                payload=payload,
-                idempotency_key=f"{stream}/{event.idempotency_key}",
-                event_time=event.event_time,
-            )
-            try:
-                self.store.append(stream, [envelope])
-            except DuplicateIdempotencyKey:
-                duplicates += 1
-            else:
-                recorded += 1
-        return recorded, duplicates
+        return append_each_once(
+            self.store,
+            (
+                self.events.new(
+                    event.event_type,
+                    stream_id=stream,
+                    aggregate_type="subscription",
+                    aggregate_id=sid,
+                    payload=payload,
+                    idempotency_key=f"{stream}/{event.idempotency_key}",
+                    event_time=event.event_time,
+                )
+                for event, payload in zip(events, payloads, strict=True)
+            ),
+        )
 
     @staticmethod
     def _payload(index: int, event: RuntimeEventIn) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from flask import Blueprint
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from noetl_cloud.envelope import EventFactory
-from noetl_cloud.eventlog.port import DuplicateIdempotencyKey
+from noetl_cloud.eventlog.port import append_each_once
 from noetl_cloud.eventlog.postgres import PostgresEventStore
 from noetl_cloud.web import json_body
 
@@ -56,25 +56,21 @@ class SpoolEventService:
 
     def record(self, events: list[SpoolEventIn]) -> tuple[int, int]:
         """Append each event unless its idempotency key is already in the log: ``(recorded, duplicates)``."""
-        recorded = duplicates = 0
-        for event in events:
-            stream = f"{'spool' if event.aggregate == 'subscription' else 'circuit'}/{event.subject}"
-            envelope = self.events.new(
-                event.event_type,
-                stream_id=stream,
-                aggregate_type=event.aggregate,
-                aggregate_id=event.subject,
-                payload=event.payload,
-                idempotency_key=event.idempotency_key,
-                event_time=event.event_time,
-            )
-            try:
-                self.store.append(stream, [envelope])
-            except DuplicateIdempotencyKey:
-                duplicates += 1
-            else:
-                recorded += 1
-        return recorded, duplicates
+        return append_each_once(
+            self.store,
+            (
+                self.events.new(
+                    event.event_type,
+                    stream_id=f"{'spool' if event.aggregate == 'subscription' else 'circuit'}/{event.subject}",
+                    aggregate_type=event.aggregate,
+                    aggregate_id=event.subject,
+                    payload=event.payload,
+                    idempotency_key=event.idempotency_key,
+                    event_time=event.event_time,
+                )
+                for event in events
+            ),
+        )
 
 
 def blueprint(service: Any) -> Blueprint:

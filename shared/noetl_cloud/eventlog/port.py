@@ -13,7 +13,7 @@ it was committed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from noetl_cloud.envelope import EventEnvelope
@@ -95,3 +95,17 @@ def check_batch(stream_id: str, events: Sequence[EventEnvelope]) -> None:
     for envelope in events:
         if envelope.stream_id != stream_id:
             raise ValueError(f"event {envelope.event_id} names stream {envelope.stream_id!r}, not {stream_id!r}")
+
+
+def append_each_once(store: EventStore, envelopes: Iterable[EventEnvelope]) -> tuple[int, int]:
+    """Append each event to its own stream on its own, unless its idempotency key is already in the log
+    (a retried report of an at-least-once writer): ``(recorded, duplicates)``."""
+    recorded = duplicates = 0
+    for envelope in envelopes:
+        try:
+            store.append(envelope.stream_id, [envelope])
+        except DuplicateIdempotencyKey:
+            duplicates += 1
+        else:
+            recorded += 1
+    return recorded, duplicates
