@@ -428,10 +428,15 @@ def role(state_dir: Path, port: int, name: str, root: Path, env: dict[str, str],
             env={**os.environ, **env, "NOETL_ROLE": name},
         )
 
+    return _role_component(name, port, f"127.0.0.1:{port}", start, log_path)
+
+
+def _role_component(name: str, port: int, marker: str, start: Callable[[], int], log_path: Path) -> Component:
+    """A role: healthy once ``/healthz`` answers on its port, stopped with its process group."""
     return Component(
         name=name,
         port=port,
-        marker=f"127.0.0.1:{port}",
+        marker=marker,
         start=start,
         healthy=lambda: process.http_ok(f"http://127.0.0.1:{port}/healthz"),
         stop=process.stop_group,
@@ -457,13 +462,4 @@ def runtime(state_dir: Path, port: int, root: Path, env: dict[str, str]) -> Comp
             cwd=source,
         )
 
-    return Component(
-        name=name,
-        port=port,
-        marker=f"noetl_port={port}",
-        start=start,
-        healthy=lambda: process.http_ok(f"http://127.0.0.1:{port}/healthz"),
-        stop=process.stop_group,
-        env={},
-        log_path=log_path,
-    )
+    return _role_component(name, port, f"noetl_port={port}", start, log_path)
