@@ -139,12 +139,15 @@ def main() -> None:
     url = fresh_database(env["NOETL_DATABASE_URL"])
     prefix = f"bench-{secrets.token_hex(3)}-commands-"
     publisher.create_topic(name=f"projects/{PROJECT}/topics/{prefix}shared")  # type: ignore[attr-defined]
+    events = prefix.removesuffix("-commands-") + "-events"
+    publisher.create_topic(name=f"projects/{PROJECT}/topics/{events}")  # type: ignore[attr-defined]
     api_port, worker_port = 15491, 15492
     common = {
         **env,
         "NOETL_DATABASE_URL": url,
         "NOETL_PROJECT_ID": PROJECT,
         "NOETL_COMMAND_TOPIC_PREFIX": prefix,
+        "NOETL_EVENTS_TOPIC": prefix.removesuffix("-commands-") + "-events",  # own topic, no subscriber
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
         "NOETL_LOG_LEVEL": "WARNING",
     }

@@ -122,6 +122,7 @@ def start_role(env: dict[str, str], url: str, port: int, prefix: str) -> int:
         "NOETL_DATABASE_URL": url,
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
         "NOETL_COMMAND_TOPIC_PREFIX": prefix,
+        "NOETL_EVENTS_TOPIC": prefix + "events",  # own topic, no subscriber: not pushed to the projector
         "NOETL_LOG_LEVEL": "WARNING",
         "NOETL_DB_POOL_SIZE": "8",
     }
@@ -168,7 +169,9 @@ def main() -> None:
     tps = pgbench_tps(url, args.seconds)
 
     prefix = f"bench-{secrets.token_hex(3)}-"
-    PubSubPublisher("noetl-local", emulator_host=env["PUBSUB_EMULATOR_HOST"]).ensure_topics([prefix + "shared"])
+    PubSubPublisher("noetl-local", emulator_host=env["PUBSUB_EMULATOR_HOST"]).ensure_topics(
+        [prefix + "shared", prefix + "events"]
+    )
     port = 15490
     pid = start_role(env, url, port, prefix)
     http = urllib3.PoolManager(maxsize=16)

@@ -47,9 +47,10 @@ from sqlalchemy.engine import make_url
 
 from noetl_cloud.db.engine import create_db_engine, normalize_url
 from noetl_cloud.db.migrate import upgrade
-from noetl_cloud.local.components import StackError, pg_bindir
+from noetl_cloud.local.components import PROJECT_ID, StackError, pg_bindir
 from noetl_cloud.local.process import gunicorn_argv, http_ok, stop_group, wait_until
 from noetl_cloud.local.stack import LocalStack
+from noetl_cloud.messaging.pubsub import PubSubPublisher
 from noetl_cloud.payload.filesystem import FilesystemPayloadStore
 from noetl_cloud.settings import Settings
 from noetl_cloud.tools.registry import default_registry
@@ -501,12 +502,16 @@ def main() -> None:
     env = LocalStack.from_env(os.environ).env()
     url = fresh_database(env["NOETL_DATABASE_URL"])
     api_port, frames_port = _free_port(), _free_port()
+    bench_id = f"bench{secrets.token_hex(3)}"
+    PubSubPublisher(PROJECT_ID, emulator_host=env["PUBSUB_EMULATOR_HOST"]).ensure_topics([f"{bench_id}-events"])
     role_env = {
         **env,
         "NOETL_DATABASE_URL": url,
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
         "NOETL_DB_POOL_SIZE": "10",
-        "NOETL_COMMAND_TOPIC_PREFIX": f"bench{secrets.token_hex(3)}-commands-",
+        "NOETL_COMMAND_TOPIC_PREFIX": f"{bench_id}-commands-",
+        # Events to a topic of the bench's own with no subscriber: not pushed to the stack's projector.
+        "NOETL_EVENTS_TOPIC": f"{bench_id}-events",
     }
     execute = start_role("execute", role_env, api_port)
     frames_role = start_role("frames", role_env, frames_port, args.frames_processes)

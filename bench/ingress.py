@@ -145,12 +145,15 @@ def main() -> None:
 
     stack = LocalStack.from_env(os.environ).up(echo=lambda _line: None)
     prefix = f"bench-{secrets.token_hex(3)}-"
-    PubSubPublisher("noetl-local", emulator_host=stack["PUBSUB_EMULATOR_HOST"]).ensure_topics([prefix + "shared"])
+    PubSubPublisher("noetl-local", emulator_host=stack["PUBSUB_EMULATOR_HOST"]).ensure_topics(
+        [prefix + "shared", prefix + "events"]
+    )
     execute_env = {
         **stack,
         **base_env,
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
         "NOETL_COMMAND_TOPIC_PREFIX": prefix,
+        "NOETL_EVENTS_TOPIC": prefix + "events",  # own topic, no subscriber: not pushed to the projector
         "NOETL_SECRET_BENCH": SECRET,
         "NOETL_POOLS": "shared",
     }

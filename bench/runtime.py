@@ -241,11 +241,14 @@ def main() -> None:
         "NOETL_DATABASE_URL": db_url,
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
         "NOETL_COMMAND_TOPIC_PREFIX": prefix,
+        "NOETL_EVENTS_TOPIC": f"{prefix}events",  # own topic, no subscriber: not pushed to the projector
         "NOETL_LOG_LEVEL": "WARNING",
     }
     from noetl_cloud.messaging.pubsub import PubSubPublisher
 
-    PubSubPublisher(PROJECT_ID, emulator_host=stack_env["PUBSUB_EMULATOR_HOST"]).ensure_topics([f"{prefix}shared"])
+    PubSubPublisher(PROJECT_ID, emulator_host=stack_env["PUBSUB_EMULATOR_HOST"]).ensure_topics(
+        [f"{prefix}shared", f"{prefix}events"]
+    )
     port = free_port()
     api = f"http://127.0.0.1:{port}"
     execute = subprocess.Popen(
