@@ -190,6 +190,8 @@ class FaultStack:
             # and a projection whose deliveries were lost is folded by the catch-up, in seconds here.
             "NOETL_COMMAND_RENOTIFY_AFTER_S": "10",
             "NOETL_PROJECTOR_CATCHUP_SETTLE_S": "3",
+            # A killed runtime's leased messages come back when their lease runs out (as the crash tests).
+            "NOETL_RUNTIME_LEASE_EXTENSION_S": "10",
             "NOETL_SPOOL_BUCKET": self.bucket,
             "NOETL_SPOOL_LEASE_TTL_S": "3",
             "NOETL_SPOOL_DRAINER_URL": self.url("spool_drainer"),
