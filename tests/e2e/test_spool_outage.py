@@ -81,6 +81,7 @@ class Stack:
     spool: GcsSpool
     kv: FirestoreKeyValueStore
     database_url: str
+    started: list[subprocess.Popen[bytes]]  # every execute process, stopped when the fixture ends
 
     def stop_execute(self) -> None:
         os.killpg(self.execute.pid, signal.SIGKILL)
@@ -88,6 +89,7 @@ class Stack:
 
     def start_execute(self) -> None:
         self.execute = start("execute", self.env, self.api_port)
+        self.started.append(self.execute)
 
     def query(self, sql: str) -> list[Any]:
         engine = create_engine(normalize_url(self.database_url))
@@ -162,7 +164,7 @@ def outage_stack(database_url: str, local_env: dict[str, str]) -> Iterator[Calla
             api.post(f"/api/subscriptions/{sid}/activate").raise_for_error()
         # The ingress learns the listener's configuration once (a rejected delivery is enough).
         assert urllib3.request("POST", f"{ingress_url}/ingress/devices", body=b"{}").status == 401
-        return Stack(dict(env), api_url, port, ingress_url, execute, spool, kv, database_url)
+        return Stack(dict(env), api_url, port, ingress_url, execute, spool, kv, database_url, started)
 
     yield make
     for context in contexts:
