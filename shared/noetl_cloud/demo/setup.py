@@ -124,18 +124,12 @@ def ensure_database(database_url: str) -> str:
     import pg8000.dbapi
     from sqlalchemy.engine import make_url
 
+    from noetl_cloud.local.components import create_database
+
     url = make_url(database_url)
-    conn = pg8000.dbapi.connect(
-        user=url.username, password=url.password, host=url.host, port=url.port, database="postgres"
+    create_database(
+        DEMO_DATABASE, user=str(url.username), password=url.password, host=str(url.host), port=int(url.port or 5432)
     )
-    try:
-        conn.autocommit = True
-        cursor = conn.cursor()
-        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DEMO_DATABASE,))
-        if cursor.fetchone() is None:
-            cursor.execute(f'CREATE DATABASE "{DEMO_DATABASE}"')
-    finally:
-        conn.close()
     demo = demo_database_url(database_url)
     conn = pg8000.dbapi.connect(
         user=url.username, password=url.password, host=url.host, port=url.port, database=DEMO_DATABASE

@@ -205,19 +205,7 @@ class Postgres:
             os.chown(path, self.user.pw_uid, self.user.pw_gid)
 
     def _create_database(self) -> None:
-        import pg8000.dbapi
-
-        conn = pg8000.dbapi.connect(
-            user=DB_USER, password=DB_PASSWORD, host="127.0.0.1", port=self.port, database="postgres"
-        )
-        try:
-            conn.autocommit = True
-            cursor = conn.cursor()
-            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,))
-            if cursor.fetchone() is None:
-                cursor.execute(f'CREATE DATABASE "{DB_NAME}"')
-        finally:
-            conn.close()
+        create_database(DB_NAME, user=DB_USER, password=DB_PASSWORD, host="127.0.0.1", port=self.port)
 
     def pid(self) -> int | None:
         try:
@@ -409,6 +397,21 @@ def s3(state_dir: Path, port: int) -> Component:
         },
         log_path=log_path,
     )
+
+
+def create_database(name: str, *, user: str, password: str | None, host: str, port: int) -> None:
+    """Create database ``name`` on that server unless it exists (connected to ``postgres``)."""
+    import pg8000.dbapi
+
+    conn = pg8000.dbapi.connect(user=user, password=password, host=host, port=port, database="postgres")
+    try:
+        conn.autocommit = True
+        cursor = conn.cursor()
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+        if cursor.fetchone() is None:
+            cursor.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        conn.close()
 
 
 # --------------------------------------------------------------------------------------------
