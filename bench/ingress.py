@@ -4,12 +4,16 @@ Three figures from one run, each with wrk (``Connection: close``: on 2 cores kee
 every connection to one gunicorn worker) against gunicorn with 2 workers x 8 threads:
 
   (a) a bare Flask endpoint that only verifies the HMAC and answers 202 (the baseline);
-  (b) the ingress role forwarding to a stand-in control plane that answers 202 at once;
+  (b) the ingress role forwarding to a stand-in control plane that answers 202 at once
+      (``bench/standin.py``: one asyncio process, so the figure is the ingress's cost, not a
+      second web app's);
   (c) the ingress role forwarding to the real execute role (PostgreSQL + Pub/Sub emulator),
       with the execute role's own single-request rate measured beside it.
 
 Goal: b / a >= 0.4 (the forward doubles the HTTP work on the same cores), printed as
-``ingress ratio``. Also the ingress role's cold start: process start to its first 202.
+``ingress ratio``. Beside each rate, the CPU each server process group spent per request (from
+``/proc``, user + system), so a ratio can be read as where the cycles went. Also the ingress
+role's cold start: process start to its first 202.
 
     make up && apt-get install -y wrk && .venv/bin/python bench/ingress.py [--seconds 10]
 
@@ -26,6 +30,7 @@ import os
 import re
 import secrets
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -67,14 +72,47 @@ def gunicorn(chdir: Path, target: str, port: int, env: dict[str, str]) -> int:
 
 
 @contextmanager
-def serving(chdir: Path, target: str, port: int, env: dict[str, str]) -> Iterator[str]:
+def serving(chdir: Path, target: str, port: int, env: dict[str, str]) -> Iterator[tuple[str, int]]:
+    """A gunicorn server of ``target``: its URL and process group."""
     pid = gunicorn(chdir, target, port, env)
     try:
         if not wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz") or _answers(port), timeout=30):
             raise SystemExit(f"{target} did not start")
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", pid
     finally:
         stop_group(pid)
+
+
+@contextmanager
+def standing_in(port: int, env: dict[str, str]) -> Iterator[tuple[str, int]]:
+    """The stand-in control plane (``bench/standin.py``): its URL and process group."""
+    pid = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "standin.py"), "--port", str(port)],
+        env={**os.environ, **env},
+        start_new_session=True,
+    ).pid
+    try:
+        if not wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), timeout=30):
+            raise SystemExit("the stand-in control plane did not start")
+        yield f"http://127.0.0.1:{port}", pid
+    finally:
+        stop_group(pid)
+
+
+def group_cpu_s(pgid: int) -> float:
+    """User + system CPU seconds of the live processes of a process group (gunicorn: master and workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[2]) == pgid:  # fields[2] is the process group (field 5 of proc(5))
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
 
 
 def _answers(port: int) -> bool:
@@ -134,13 +172,18 @@ def main() -> None:
     bench = ROOT / "bench"
     base_env = {"BENCH_SECRET": SECRET, "NOETL_LOG_LEVEL": "WARNING"}
 
-    with serving(bench, "ingress_targets:bare", 15501, base_env) as bare:
+    with serving(bench, "ingress_targets:bare", 15501, base_env) as (bare, bare_pid):
+        cpu = group_cpu_s(bare_pid)
         a, a_err = wrk(f"{bare}/ingress/bench", args.seconds, BODY, signed)
+        a_cpu = (group_cpu_s(bare_pid) - cpu) / max(a * args.seconds, 1)
 
-    with serving(bench, "ingress_targets:standin", 15502, base_env) as standin:
+    with standing_in(15502, base_env) as (standin, standin_pid):
         ingress_env = {**base_env, "NOETL_API_URL": standin, "NOETL_INTERNAL_API_TOKEN": TOKEN}
-        with serving(ROOT / "functions" / "ingress", "main:app", 15503, ingress_env) as ingress:
+        with serving(ROOT / "functions" / "ingress", "main:app", 15503, ingress_env) as (ingress, ingress_pid):
+            cpu, standin_cpu = group_cpu_s(ingress_pid), group_cpu_s(standin_pid)
             b, b_err = wrk(f"{ingress}/ingress/bench", args.seconds, BODY, signed)
+            b_cpu = (group_cpu_s(ingress_pid) - cpu) / max(b * args.seconds, 1)
+            b_standin_cpu = (group_cpu_s(standin_pid) - standin_cpu) / max(b * args.seconds, 1)
         start = cold_start(15504, ingress_env)
 
     stack = LocalStack.from_env(os.environ).up(echo=lambda _line: None)
@@ -157,7 +200,7 @@ def main() -> None:
         "NOETL_SECRET_BENCH": SECRET,
         "NOETL_POOLS": "shared",
     }
-    with serving(ROOT / "functions" / "execute", "main:app", 15505, execute_env) as api:
+    with serving(ROOT / "functions" / "execute", "main:app", 15505, execute_env) as (api, _api_pid):
         http = urllib3.PoolManager()
         auth = {"Authorization": f"Bearer {TOKEN}"}
         for doc in (PLAYBOOK, SUBSCRIPTION):
@@ -177,12 +220,16 @@ def main() -> None:
             "main:app",
             15506,
             {**stack, **base_env, "NOETL_API_URL": api, "NOETL_INTERNAL_API_TOKEN": TOKEN},
-        ) as ingress:
+        ) as (ingress, _ingress_pid):
             c, c_err = wrk(f"{ingress}/ingress/bench", args.seconds, BODY, signed)
 
     print(f"machine: {os.cpu_count()} cores; gunicorn 2 workers x 8 threads; wrk -t2 -c16, Connection: close")
     print(f"(a) bare verify-and-202 endpoint:          {a:8.0f} req/s  (non-2xx {a_err})")
     print(f"(b) ingress -> stand-in control plane:     {b:8.0f} req/s  (non-2xx {b_err})")
+    print(
+        f"    CPU per request: bare endpoint {a_cpu * 1e6:.0f} us; ingress {b_cpu * 1e6:.0f} us "
+        f"+ stand-in {b_standin_cpu * 1e6:.0f} us"
+    )
     print(f"(c) ingress -> real execute role:          {c:8.0f} req/s  (non-2xx {c_err})")
     print(f"    execute role alone, single requests:   {execute_rate:8.0f} req/s  (non-2xx {e_err})")
     print(f"ingress cold start (process start to first 202): {start:.2f} s")

@@ -2,8 +2,7 @@
 
 * ``bare``: a Flask endpoint that only verifies an HMAC-SHA256 signature and answers 202 — the
   baseline of what any verifying webhook endpoint costs on this machine.
-* ``standin``: a control plane that answers at once: the listener configuration, and 202 for
-  every execute request — so the ingress's own cost is measured, not the database's.
+* ``CONFIG``: the listener configuration the stand-in control plane (``bench/standin.py``) serves.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from flask import Flask, request
 
 SECRET = os.environ.get("BENCH_SECRET", "bench-secret")
 bare = Flask("bare")
-standin = Flask("standin")
 
 CONFIG = {
     "listener": "bench",
@@ -44,19 +42,3 @@ def verify_only(listener: str) -> tuple[dict[str, str], int]:
     if not hmac.compare_digest(expected, request.headers.get("X-Signature", "")):
         return {"status": "rejected"}, 401
     return {"status": "accepted"}, 202
-
-
-@standin.get("/api/internal/ingress/<listener>")
-def listener_config(listener: str) -> dict[str, object]:
-    return CONFIG
-
-
-@standin.post("/api/execute")
-def execute() -> tuple[dict[str, str], int]:
-    request.get_data()
-    return {"execution_id": "1", "status": "started", "execution_pool": "shared"}, 202
-
-
-@standin.post("/api/internal/ingress/<listener>/audit")
-def audit(listener: str) -> tuple[dict[str, str], int]:
-    return {"event_id": "1"}, 201

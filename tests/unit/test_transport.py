@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from noetl_cloud.web.transport import ConnectionPool
+from noetl_cloud.web.transport import Connection, ConnectionPool
 
-OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}"
+OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'
 
 
 class RawServer:
@@ -166,7 +166,7 @@ def test_idle_connections_beyond_the_cap_are_closed(keep_alive_server: RawServer
     for conn in conns:
         conn.connect()
 
-    def give_back(conn: http.client.HTTPConnection) -> None:
+    def give_back(conn: Connection) -> None:
         barrier.wait()
         pool._checkin(conn)
 
@@ -203,3 +203,110 @@ def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
     from noetl_cloud.local.process import wait_until
 
     return wait_until(condition, timeout=timeout, interval=0.005)
+
+
+def answering(raw: bytes) -> RawServer:
+    """A server that answers every request on a connection with ``raw``."""
+
+    def serve(conn: socket.socket, _index: int) -> None:
+        with conn:
+            while server.read_request(conn) is not None:
+                conn.sendall(raw)
+
+    server = RawServer(serve)
+    return server
+
+
+def test_a_chunked_answer_is_read_whole_and_the_connection_reused() -> None:
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b'4;ext=1\r\n{"ok\r\n7\r\n":true}\r\n0\r\nX-Trailer: t\r\n\r\n'
+    )
+    with answering(chunked) as server:
+        pool = pool_for(server)
+        assert [pool.request("GET", "/c", None, {}).data for _ in range(2)] == [b'{"ok":true}'] * 2
+        assert server.connections == 1
+
+
+def test_interim_answers_are_skipped_and_header_names_are_case_blind() -> None:
+    raw = (
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nX-Thing: a\r\nx-thing: b\r\nContent-Length: 2\r\n\r\nok"
+    )
+    with answering(raw) as server:
+        answer = pool_for(server).request("POST", "/p", b"{}", {})
+        assert (answer.status, answer.data) == (201, b"ok")
+        assert answer.headers["X-THING"] == answer.headers.get("x-thing") == "a, b"  # repeated fields joined
+        assert "x-Thing" in answer.headers and answer.headers.get("missing") is None
+
+
+def test_an_answer_without_length_ends_with_the_connection_which_is_not_pooled() -> None:
+    def serve(conn: socket.socket, _index: int) -> None:
+        with conn:
+            server.read_request(conn)
+            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end")
+
+    with RawServer(serve) as server:
+        pool = pool_for(server)
+        assert pool.request("GET", "/e", None, {}).data == b"until the end"
+        assert pool._idle == []
+
+
+def test_no_content_and_head_answers_have_no_body() -> None:
+    with answering(b"HTTP/1.1 204 No Content\r\n\r\n") as server:
+        pool = pool_for(server)
+        assert [(a.status, a.data) for a in (pool.request("DELETE", "/d", None, {}) for _ in range(2))] == [
+            (204, b"")
+        ] * 2
+        assert server.connections == 1
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"SMTP ready\r\n\r\n",
+        b"HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nshort",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    ],
+    ids=["not-http", "bad-status", "negative-length", "bad-field", "cut-short", "bad-chunk"],
+)
+def test_a_malformed_answer_raises_an_http_exception(raw: bytes) -> None:
+    def serve(conn: socket.socket, _index: int) -> None:
+        with conn:
+            server.read_request(conn)
+            conn.sendall(raw)
+            conn.shutdown(socket.SHUT_WR)
+
+    with RawServer(serve) as server:
+        with pytest.raises(http.client.HTTPException):
+            pool_for(server).request("GET", "/m", None, {})
+
+
+@pytest.mark.parametrize(
+    ("target", "headers"),
+    [
+        ("/x HTTP/1.1\r\nHost: evil", {}),
+        ("/x", {"x-a": "v\r\nInjected: 1"}),
+        ("/x", {"x-a\r\nInjected": "1"}),
+        ("/x", {"x:a": "1"}),
+    ],
+)
+def test_a_control_character_in_the_request_is_refused_before_sending(
+    keep_alive_server: RawServer, target: str, headers: dict[str, str]
+) -> None:
+    with pytest.raises(ValueError, match="refusing"):
+        pool_for(keep_alive_server).request("GET", target, None, headers)
+    assert keep_alive_server.requests == []
+
+
+def test_the_request_carries_its_line_host_length_and_body(keep_alive_server: RawServer) -> None:
+    pool = pool_for(keep_alive_server)
+    pool.request("POST", "/api/execute?a=1", b'{"n":1}', {"content-type": "application/json"})
+    head, _, body = keep_alive_server.requests[0].partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"POST /api/execute?a=1 HTTP/1.1"
+    assert f"Host: 127.0.0.1:{keep_alive_server.port}".encode() in lines
+    assert b"Content-Length: 7" in lines and b"content-type: application/json" in lines
+    assert body == b'{"n":1}'

@@ -32,7 +32,6 @@ from datetime import UTC
 from typing import Any
 
 import jwt
-import urllib3
 
 from noetl_cloud.errors import (
     BadRequest,
@@ -217,7 +216,7 @@ class ApiClient:
                 self._sleep(self._backoff(attempt))
                 continue
 
-            response = ApiResponse(raw.status, _parse_json(raw.data), urllib3.HTTPHeaderDict(raw.headers.items()))
+            response = ApiResponse(raw.status, _parse_json(raw.data), raw.headers)
             if raw.status not in RETRYABLE_STATUSES:
                 return response
             log.warning(
