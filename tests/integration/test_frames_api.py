@@ -3,6 +3,8 @@ stage closing, the reaper and the backlog metric."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from noetl_cloud.envelope import EventEnvelope
@@ -164,3 +166,109 @@ def test_the_role_builds_from_its_environment_without_connecting(database_url: s
     app = app_from_env({"NOETL_DATABASE_URL": database_url, "NOETL_INTERNAL_API_TOKEN": "x", "NOETL_PROJECT_ID": "p"})
     assert app.test_client().get("/healthz").get_json() == {"status": "ok", "role": "frames"}
     assert Settings.from_env({"NOETL_FRAMES_URL": "http://f"}).frames_url == "http://f"
+
+
+# -- batch commit, and the commit that hands the next frames -------------------------------------
+
+
+def batch(client: Any, stage_id: str, worker: str, commits: list[dict[str, Any]], **extra: Any) -> Any:
+    body = {"worker_id": worker, "commits": commits, **extra}
+    return client.post(f"/api/stages/{stage_id}/frames/commit", json=body)
+
+
+def test_a_batch_commit_ends_each_frame_once_and_answers_each_on_its_own(frames: Frames) -> None:
+    client = frames.client()
+    stage_id, other_stage = frames.stage(), frames.stage()
+    mine = [f["frame_id"] for f in claim(client, stage_id, "w1", requested_count=4).get_json()["frames"]]
+    theirs = claim(client, stage_id, "w2").get_json()["frames"][0]["frame_id"]
+    elsewhere = claim(client, other_stage, "w1").get_json()["frames"][0]["frame_id"]
+    assert commit(client, mine[0], "w1").status_code == 200  # already terminal before the batch
+    before = len(frames.events(stage_id))
+
+    answer = batch(
+        client,
+        stage_id,
+        "w1",
+        [
+            {"frame_id": mine[0], "status": "COMPLETED"},
+            {"frame_id": mine[1], "status": "COMPLETED", "row_count": 7, "cursor": {"at": 7}},
+            {"frame_id": mine[2], "status": "FAILED", "error": {"kind": "boom", "message": "it broke"}},
+            {"frame_id": mine[3], "status": "COMPLETED", "row_count": 2},
+            {"frame_id": theirs, "status": "COMPLETED"},
+            {"frame_id": elsewhere, "status": "COMPLETED"},
+            {"frame_id": "999", "status": "COMPLETED"},
+        ],
+    )
+    assert answer.status_code == 200, answer.get_json()
+    body = answer.get_json()
+    codes = [r["ok"] or r["error"]["code"] for r in body["results"]]
+    assert codes == [
+        "frame_already_terminal",
+        True,
+        True,
+        True,
+        "lease_lost",
+        "frame_not_found",  # a frame of another stage is not this stage's
+        "frame_not_found",
+    ]
+    assert [r.get("status") for r in body["results"][1:4]] == ["COMMITTED", "FAILED", "COMMITTED"]
+    assert body["committed"] == 3 and body["stage_status"] == "OPEN" and body["next_action"] == "claim"
+    assert "frames" not in body  # nothing asked to be claimed
+
+    written = frames.events(stage_id)[before:]
+    assert sorted(e["event_type"] for e in written) == ["frame.committed", "frame.committed", "frame.failed"]
+    by_frame = {e["aggregate_id"]: e for e in written}
+    assert set(by_frame) == {mine[1], mine[2], mine[3]}
+    assert by_frame[mine[1]]["payload"]["row_count"] == 7 and by_frame[mine[1]]["stream_version"] == 2
+    assert [r["terminal_event_id"] for r in body["results"][1:4]] == [str(by_frame[f]["event_id"]) for f in mine[1:4]]
+    assert frames.frame(mine[1])["cursor"] == {"at": 7} and frames.frame(mine[1])["row_count"] == 7
+    assert frames.frame(mine[2])["status"] == "FAILED" and frames.frame(mine[2])["error"]["kind"] == "boom"
+    assert frames.frame(theirs)["status"] == "CLAIMED" and frames.frame(elsewhere)["status"] == "CLAIMED"
+    assert frames.service.stage(int(stage_id))["frames_failed"] == 1
+
+    again = batch(client, stage_id, "w1", [{"frame_id": mine[1], "status": "COMPLETED"}]).get_json()
+    assert again["results"][0]["error"]["details"]["terminal_event_id"] == str(by_frame[mine[1]]["event_id"])
+    assert len(frames.events(stage_id)) == before + 3  # the repeat wrote nothing
+
+
+def test_a_commit_with_a_claim_hands_the_worker_its_next_frames(frames: Frames) -> None:
+    client = frames.client()
+    stage_id = frames.stage()
+    first = claim(client, stage_id, "w1", requested_count=2).get_json()["frames"]
+    answer = batch(
+        client,
+        stage_id,
+        "w1",
+        [{"frame_id": f["frame_id"], "status": "COMPLETED"} for f in first],
+        claim={"requested_count": 3, "lease_seconds": 40},
+    ).get_json()
+    handed = answer["frames"]
+    assert answer["committed"] == 2 and len(handed) == 3
+    assert [f["frame_index"] for f in handed] == [2, 3, 4] and all(f["attempt"] == 1 for f in handed)
+    assert all(frames.frame(f["frame_id"])["owner_worker"] == "w1" for f in handed)
+
+    single = commit(client, handed[0]["frame_id"], "w1", claim={"requested_count": 1}).get_json()
+    assert single["status"] == "COMMITTED" and [f["frame_index"] for f in single["frames"]] == [5]
+
+    # An exhausted cursor stops the hand-off: no frame is minted past the end.
+    last = commit(client, handed[1]["frame_id"], "w1", cursor={"exhausted": True}, claim={"requested_count": 2})
+    assert last.get_json()["next_action"] == "stop" and last.get_json()["frames"] == []
+    dispatched = frames.events(stage_id, "frame.dispatched")
+    assert len(dispatched) == 6
+
+
+def test_a_batch_commit_refuses_bad_batches_whole(frames: Frames) -> None:
+    client = frames.client()
+    stage_id = frames.stage()
+    fid = claim(client, stage_id, "w1").get_json()["frames"][0]["frame_id"]
+    twice = batch(client, stage_id, "w1", [{"frame_id": fid, "status": "COMPLETED"}] * 2)
+    assert twice.status_code == 422 and twice.get_json()["error"]["code"] == "validation_failed"
+    empty = batch(client, stage_id, "w1", [])
+    assert empty.status_code == 422
+    ipc_only = batch(client, stage_id, "w1", [{"frame_id": fid, "status": "COMPLETED", "output_ref": {"ipc": "x"}}])
+    assert ipc_only.status_code == 422 and ipc_only.get_json()["error"]["code"] == "ipc_without_durable_ref"
+    bad_claim = batch(client, stage_id, "w1", [{"frame_id": fid, "status": "COMPLETED"}], claim={"requested_count": 0})
+    assert bad_claim.status_code == 422
+    assert frames.frame(fid)["status"] == "CLAIMED"  # none of them wrote anything
+    unknown = batch(client, "123", "w1", [{"frame_id": fid, "status": "COMPLETED"}])
+    assert unknown.status_code == 404 and unknown.get_json()["error"]["code"] == "stage_not_found"

@@ -47,6 +47,12 @@ _BUMP_EXPECTED = text(
     "UPDATE stream SET version = version + :n, updated_at = now() "
     "WHERE stream_id = :stream_id AND version = :expected RETURNING version"
 )
+_BUMP_MANY = text(
+    "INSERT INTO stream (stream_id, version) "
+    "SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:ns AS bigint[])) "
+    "ON CONFLICT (stream_id) DO UPDATE SET version = stream.version + excluded.version, updated_at = now() "
+    "RETURNING stream_id, version"
+)
 _VERSION = text("SELECT version FROM stream WHERE stream_id = :stream_id")
 _RETURNING_OUTBOX = "RETURNING outbox_id, topic, data, attributes, ordering_key"
 
@@ -180,6 +186,39 @@ class PostgresEventStore:
         rows = self._write_sealed(conn, sealed)
         if outbox is not None:
             outbox.extend(rows)
+
+    def append_many_in(
+        self,
+        conn: Connection,
+        streams: Sequence[tuple[str, Sequence[EventEnvelope]]],
+        *,
+        outbox: list[OutboxRow] | None = None,
+    ) -> list[EventEnvelope]:
+        """Append to many streams at any version inside the caller's transaction: one statement bumps
+        every stream head (creating the missing ones), a few write the events and their outbox rows.
+
+        For writers of many small streams in one transaction (a batch of frame commits). The heads
+        are bumped in stream-id order, so two such batches over the same streams cannot deadlock.
+        A stream given twice is a ``ValueError``. ``outbox`` as for :meth:`append_in`.
+        """
+        ordered = sorted(streams, key=lambda s: s[0])
+        ids = [stream_id for stream_id, _events in ordered]
+        if len(set(ids)) != len(ids):
+            raise ValueError("a stream is given twice in one append_many_in")
+        for stream_id, events in ordered:
+            check_batch(stream_id, events)
+        bumped = conn.execute(_BUMP_MANY, {"ids": ids, "ns": [len(events) for _stream, events in ordered]})
+        heads = {stream_id: int(version) for stream_id, version in bumped}
+        now = utc_now()
+        sealed = [
+            e.sealed(stream_version=heads[stream_id] - len(events) + i, ingest_time=now)
+            for stream_id, events in ordered
+            for i, e in enumerate(events, 1)
+        ]
+        rows = self._write_sealed(conn, sealed)
+        if outbox is not None:
+            outbox.extend(rows)
+        return sealed
 
     def _write_sealed(self, conn: Connection, sealed: Sequence[EventEnvelope]) -> list[OutboxRow]:
         """Insert sealed events and their outbox rows; a reused event id or idempotency key is a

@@ -5,6 +5,7 @@
 ``GET  /api/stages/{stage_id}``                     the stage and its frame counts
 ``POST /api/frames/{frame_id}/heartbeat``           ``HeartbeatRequest`` → 200 ``{lease_until}`` | 404 | 409
 ``POST /api/frames/{frame_id}/commit``              ``CommitRequest`` → 200 ``{ok, terminal_event_id}`` | 409 | 422
+``POST /api/stages/{stage_id}/frames/commit``       ``BatchCommitRequest`` → 200 ``{results: [...]}`` | 404 | 422
 ``POST /api/internal/frames/reap``                  release expired leases (Cloud Scheduler)
 ``GET  /metrics``                                   ``noetl_frame_backlog_total`` and friends (autoscaling)
 =================================================  ==========================================================
@@ -27,7 +28,7 @@ from noetl_cloud.db.engine import create_db_engine
 from noetl_cloud.envelope import EventFactory
 from noetl_cloud.eventlog.postgres import PostgresEventStore
 from noetl_cloud.eventlog.relay import OutboxRelay
-from noetl_cloud.frames.models import ClaimRequest, CommitRequest, HeartbeatRequest
+from noetl_cloud.frames.models import BatchCommitRequest, ClaimRequest, CommitRequest, HeartbeatRequest
 from noetl_cloud.frames.service import FrameService
 from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.messaging.port import Publisher
@@ -117,6 +118,10 @@ def build_app(settings: Settings, service: FrameService, auth: InternalAuth) -> 
     @app.post("/api/frames/<int:frame_id>/commit")
     def commit(frame_id: int) -> dict[str, Any]:
         return service.commit(frame_id, json_body(CommitRequest))
+
+    @app.post("/api/stages/<int:stage_id>/frames/commit")
+    def commit_many(stage_id: int) -> dict[str, Any]:
+        return service.commit_many(stage_id, json_body(BatchCommitRequest))
 
     @app.post("/api/internal/frames/reap")
     def reap() -> dict[str, Any]:

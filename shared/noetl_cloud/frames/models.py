@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from noetl_cloud.frames.errors import IpcWithoutDurableRef
 
@@ -30,9 +30,25 @@ class HeartbeatRequest(BaseModel):
     status: Literal["RUNNING"] | None = None
 
 
-class CommitRequest(BaseModel):
+class NextClaim(BaseModel):
+    """Frames to lease in the same call as a commit (spec §5.3: a commit "may immediately hand the
+    worker the next frame"): a claim of the committed frames' stage, by the same worker."""
+
     model_config = ConfigDict(extra="forbid")
-    worker_id: str = Field(min_length=1, max_length=256)
+    requested_count: int = Field(default=1, ge=1, le=100)
+    lease_seconds: float | None = Field(default=None, gt=0, le=3600)
+    cursor: dict[str, Any] = Field(default_factory=dict)
+    command_id: str | None = Field(default=None, pattern=SNOWFLAKE)
+    locality: dict[str, Any] | None = None
+
+    def request(self, worker_id: str) -> ClaimRequest:
+        return ClaimRequest(worker_id=worker_id, **self.model_dump(exclude_none=True))
+
+
+class FrameOutcome(BaseModel):
+    """How one frame's attempt ended: what a commit says about its frame."""
+
+    model_config = ConfigDict(extra="forbid")
     status: Literal["COMPLETED", "FAILED"]
     cursor: dict[str, Any] = Field(default_factory=dict)
     row_count: int = Field(default=0, ge=0)
@@ -47,6 +63,36 @@ class CommitRequest(BaseModel):
                 "output_ref carries an IPC hint without a durable ref, uri or locator",
                 details={"field": "output_ref"},
             )
+
+
+class CommitRequest(FrameOutcome):
+    """``POST /api/frames/{id}/commit``; with ``claim``, the answer also leases the next frames."""
+
+    worker_id: str = Field(min_length=1, max_length=256)
+    claim: NextClaim | None = None
+
+
+class FrameCommit(FrameOutcome):
+    """One frame of a batch commit."""
+
+    frame_id: str = Field(pattern=SNOWFLAKE)
+
+
+class BatchCommitRequest(BaseModel):
+    """``POST /api/stages/{stage_id}/frames/commit``: the attempts of many frames of one stage, ended in
+    one transaction; each frame is answered on its own (a conflict on one does not undo the others)."""
+
+    model_config = ConfigDict(extra="forbid")
+    worker_id: str = Field(min_length=1, max_length=256)
+    commits: list[FrameCommit] = Field(min_length=1, max_length=100)
+    claim: NextClaim | None = None
+
+    @model_validator(mode="after")
+    def _distinct(self) -> BatchCommitRequest:
+        ids = [c.frame_id for c in self.commits]
+        if len(set(ids)) != len(ids):
+            raise ValueError("a frame is committed twice in one batch")
+        return self
 
 
 def _durable(ref: Any) -> bool:

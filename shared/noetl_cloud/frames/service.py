@@ -36,10 +36,17 @@ from noetl_cloud.db.bulk import insert_rows
 from noetl_cloud.db.schema import frame as frame_table
 from noetl_cloud.db.schema import stage as stage_table
 from noetl_cloud.envelope import EventEnvelope, EventFactory, PayloadRef, canonical_json
+from noetl_cloud.errors import NoetlError
 from noetl_cloud.eventlog.postgres import PostgresEventStore
 from noetl_cloud.eventlog.relay import OutboxRelay, OutboxRow
 from noetl_cloud.frames.errors import FrameAlreadyTerminal, FrameNotFound, LeaseLost, StageNotFound, StageNotOpen
-from noetl_cloud.frames.models import ClaimRequest, CommitRequest, HeartbeatRequest
+from noetl_cloud.frames.models import (
+    BatchCommitRequest,
+    ClaimRequest,
+    CommitRequest,
+    FrameOutcome,
+    HeartbeatRequest,
+)
 from noetl_cloud.frames.policy import FramePolicy
 from noetl_cloud.ids import SnowflakeGenerator
 
@@ -67,6 +74,23 @@ _MINT = text(
     "WHERE s.stage_id = old.stage_id AND s.status = 'OPEN' AND NOT s.exhausted "
     "AND (s.frame_limit IS NULL OR s.next_frame_index < s.frame_limit) "
     "RETURNING old.next_frame_index AS first, s.next_frame_index AS stop, now() AS now"
+)
+# The frames a commit ends, locked in id order (two batches over the same frames cannot deadlock).
+_LOCK_FRAMES = text(
+    f"SELECT {_FRAME_COLUMNS}, s.status AS stage_status, s.frame_policy, s.exhausted, s.frame_limit, "
+    "s.next_frame_index FROM frame f JOIN stage s ON s.stage_id = f.stage_id "
+    "WHERE f.frame_id = ANY(CAST(:ids AS bigint[])) AND f.tenant_id = :t AND f.organization_id = :o "
+    "ORDER BY f.frame_id FOR UPDATE OF f"
+)
+_END_ROWS = text(
+    "UPDATE frame f SET status = v.status, cursor = v.cursor, row_count = v.row_count, output_ref = v.output_ref, "
+    "events_emitted = v.emitted, error = v.error, terminal_event_id = v.event_id, lease_until = NULL, "
+    "completed_at = now() "
+    "FROM unnest(CAST(:ids AS bigint[]), CAST(:statuses AS text[]), CAST(CAST(:cursors AS text[]) AS jsonb[]), "
+    "CAST(:rows AS bigint[]), CAST(CAST(:outputs AS text[]) AS jsonb[]), CAST(:emitted AS bigint[]), "
+    "CAST(CAST(:errors AS text[]) AS jsonb[]), CAST(:events AS bigint[])) "
+    "AS v(frame_id, status, cursor, row_count, output_ref, emitted, error, event_id) "
+    "WHERE f.frame_id = v.frame_id"
 )
 _CLAIM_ROWS = text(
     "UPDATE frame f SET status = 'CLAIMED', owner_worker = :worker, attempts = f.attempts + 1, heartbeats = 0, "
@@ -151,8 +175,13 @@ class FrameService:
         )
 
     def _append(self, conn: Connection, events: Sequence[EventEnvelope], outbox: list[OutboxRow]) -> None:
+        """Append events of any frames' streams (each stream's in the order given), in a few statements."""
+        if not events:
+            return
+        streams: dict[str, list[EventEnvelope]] = {}
         for event in events:
-            self.store.append_in(conn, event.stream_id, [event], outbox=outbox)
+            streams.setdefault(event.stream_id, []).append(event)
+        self.store.append_many_in(conn, list(streams.items()), outbox=outbox)
 
     def _publish(self, rows: list[OutboxRow]) -> None:
         """Publish committed outbox rows: at once, or handed to the background publisher (a failed or
@@ -283,55 +312,58 @@ class FrameService:
         them), then reserves boundaries for the rest as its last statement, so the stage row is locked
         only while that transaction commits; the second inserts the frames minted at those boundaries.
         """
+        with self.engine.connect() as conn:
+            return self._claim_on(conn, stage_id, body)
+
+    def _claim_on(self, conn: Connection, stage_id: int, body: ClaimRequest) -> dict[str, Any]:
+        """:meth:`claim` on a connection the caller holds (outside any transaction of its own)."""
         outbox: list[OutboxRow] = []
         wanted = body.requested_count
         minted: tuple[int, int, datetime] | None = None
-        with self.engine.connect() as conn:
-            with conn.begin():
-                stage = self._stage_for_claim(conn, stage_id)
-                policy = FramePolicy.model_validate(stage.frame_policy)
-                lease = body.lease_seconds or policy.lease_seconds
-                picked: list[Any] = []
-                recovered: list[tuple[Any, EventEnvelope]] = []
-                events: list[EventEnvelope] = []
-                for row in conn.execute(_PICK, {"stage": stage_id, "n": wanted}):
-                    if row.status == "PENDING":
-                        picked.append(row)
-                        continue
-                    abandoned = self._abandoned(row, policy, reclaimer=body.worker_id)
-                    events.append(abandoned)
-                    if row.attempts >= policy.max_attempts:
-                        events.append(self._fail_exhausted(conn, row, policy, abandoned))
-                    else:
-                        recovered.append((row, abandoned))
-                dispatch = [(row, None) for row in picked] + recovered
-                dispatched: dict[int, EventEnvelope] = {}
-                for row, cause in dispatch:
-                    event = self._dispatched(row, row.attempts + 1, body, policy, lease, cause)
-                    dispatched[int(row.frame_id)] = event
-                    events.append(event)
-                self._append(conn, events, outbox)
-                leases: dict[int, datetime] = {}
-                if dispatched:
-                    for fid, until in conn.execute(
-                        _CLAIM_ROWS,
-                        {
-                            "worker": body.worker_id,
-                            "lease": lease,
-                            "command": int(body.command_id) if body.command_id else None,
-                            "ids": list(dispatched),
-                            "events": [int(e.event_id) for e in dispatched.values()],
-                        },
-                    ):
-                        leases[int(fid)] = until
-                claimed = [
-                    self._claimed(row, row.attempts + 1, leases[int(row.frame_id)], stage, policy)
-                    for row, _ in dispatch
-                ]
-                if len(claimed) < wanted and not stage.exhausted:
-                    minted = self._mint(conn, stage, wanted - len(claimed))  # the last statement
-            if minted is not None:
-                claimed += self._claim_minted(conn, stage, minted, body, policy, lease, outbox)
+        with conn.begin():
+            stage = self._stage_for_claim(conn, stage_id)
+            policy = FramePolicy.model_validate(stage.frame_policy)
+            lease = body.lease_seconds or policy.lease_seconds
+            picked: list[Any] = []
+            recovered: list[tuple[Any, EventEnvelope]] = []
+            events: list[EventEnvelope] = []
+            for row in conn.execute(_PICK, {"stage": stage_id, "n": wanted}):
+                if row.status == "PENDING":
+                    picked.append(row)
+                    continue
+                abandoned = self._abandoned(row, policy, reclaimer=body.worker_id)
+                events.append(abandoned)
+                if row.attempts >= policy.max_attempts:
+                    events.append(self._fail_exhausted(conn, row, policy, abandoned))
+                else:
+                    recovered.append((row, abandoned))
+            dispatch = [(row, None) for row in picked] + recovered
+            dispatched: dict[int, EventEnvelope] = {}
+            for row, cause in dispatch:
+                event = self._dispatched(row, row.attempts + 1, body, policy, lease, cause)
+                dispatched[int(row.frame_id)] = event
+                events.append(event)
+            self._append(conn, events, outbox)
+            leases: dict[int, datetime] = {}
+            if dispatched:
+                for fid, until in conn.execute(
+                    _CLAIM_ROWS,
+                    {
+                        "worker": body.worker_id,
+                        "lease": lease,
+                        "command": int(body.command_id) if body.command_id else None,
+                        "ids": list(dispatched),
+                        "events": [int(e.event_id) for e in dispatched.values()],
+                    },
+                ):
+                    leases[int(fid)] = until
+            claimed = [
+                self._claimed(row, row.attempts + 1, leases[int(row.frame_id)], stage, policy) for row, _ in dispatch
+            ]
+            if len(claimed) < wanted and not stage.exhausted:
+                minted = self._mint(conn, stage, wanted - len(claimed))  # the last statement
+        if minted is not None:
+            claimed += self._claim_minted(conn, stage, minted, body, policy, lease, outbox)
         self._publish(outbox)
         return {"stage_id": str(stage_id), "frames": claimed, "exhausted": bool(stage.exhausted)}
 
@@ -565,81 +597,198 @@ class FrameService:
     # -- commit ---------------------------------------------------------------------------------
 
     def commit(self, frame_id: int, body: CommitRequest) -> dict[str, Any]:
-        """End this worker's attempt: ``frame.committed`` or ``frame.failed``; closes a finished stage."""
+        """End this worker's attempt: ``frame.committed`` or ``frame.failed``; closes a finished stage.
+        With ``body.claim``, the answer also carries the next frames leased to the worker (``frames``)."""
         body.check_durable()
-        outbox: list[OutboxRow] = []
-        with self.engine.begin() as conn:
-            row = self._lock_frame(conn, frame_id)
-            self._refuse_terminal(row)
-            self._refuse_stranger(row, body.worker_id)
-            policy = FramePolicy.model_validate(row.frame_policy)
-            ok = body.status == "COMPLETED"
-            status = "COMMITTED" if ok else "FAILED"
-            payload: dict[str, Any] = {
-                "worker_id": body.worker_id,
-                "attempt": row.attempts,
+        with self.engine.connect() as conn:
+            ended, _stages, closed = self._end_attempts(conn, body.worker_id, [(frame_id, body)], stage_id=None)
+            outcome = ended[0]
+            if isinstance(outcome, NoetlError):
+                raise outcome
+            row, event, status = outcome
+            done = _finishes(row, body)
+            stage_status = closed.get(int(row.stage_id)) or row.stage_status
+            out: dict[str, Any] = {
+                "ok": True,
+                "frame_id": str(frame_id),
                 "status": status,
-                "cursor": body.cursor,
-                "row_count": body.row_count,
-                "events_emitted": body.events_emitted,
-                "output_ref": body.output_ref,
-                "retry_mode": policy.retry_mode,
-                "max_attempts": policy.max_attempts,
+                "terminal_event_id": event.event_id,
+                "stage_status": stage_status,
+                "next_action": "stop" if done or int(row.stage_id) in closed else "claim",
             }
-            if not ok:
-                payload["reason"] = "task_failed"
-                payload["error"] = body.error or {"kind": "frame_failed", "message": "the frame's task failed"}
-            event = self._frame_event(
-                row,
-                "frame.committed" if ok else "frame.failed",
-                payload,
-                ("committed" if ok else "failed", row.attempts),
-                causation=row.claimed_event_id,
-                payload_ref=_rows_payload_ref(body.output_ref),
+            if body.claim is not None:
+                out["frames"] = self._next_frames(conn, int(row.stage_id), out["next_action"], body)
+        return out
+
+    def commit_many(self, stage_id: int, body: BatchCommitRequest) -> dict[str, Any]:
+        """End the attempts of many frames of one stage in one transaction, each answered on its own:
+        ``{frame_id, ok: true, status, terminal_event_id}`` or ``{frame_id, ok: false, error}`` (the
+        error a single commit would raise: ``frame_not_found``, ``frame_already_terminal``,
+        ``lease_lost``); a refused frame writes nothing and does not undo the others. With
+        ``body.claim``, the answer also carries the next frames leased to the worker."""
+        for item in body.commits:
+            item.check_durable()
+        items = [(int(item.frame_id), item) for item in body.commits]
+        with self.engine.connect() as conn:
+            ended, stages, closed = self._end_attempts(conn, body.worker_id, items, stage_id=stage_id)
+            return self._batch_answer(conn, stage_id, body, items, ended, stages, closed)
+
+    def _batch_answer(
+        self,
+        conn: Connection,
+        stage_id: int,
+        body: BatchCommitRequest,
+        items: Sequence[tuple[int, FrameOutcome]],
+        ended: Sequence[tuple[Any, EventEnvelope, str] | NoetlError],
+        stages: dict[int, str],
+        closed: dict[int, str],
+    ) -> dict[str, Any]:
+        results: list[dict[str, Any]] = []
+        stop = bool(closed)
+        for (frame_id, item), outcome in zip(items, ended, strict=True):
+            if isinstance(outcome, NoetlError):
+                results.append({"frame_id": str(frame_id), "ok": False, "error": outcome.to_dict()})
+                continue
+            row, event, status = outcome
+            stop = stop or _finishes(row, item)
+            results.append(
+                {"frame_id": str(frame_id), "ok": True, "status": status, "terminal_event_id": event.event_id}
             )
-            self._append(conn, [event], outbox)
-            conn.execute(
-                text(
-                    "UPDATE frame SET status = :status, cursor = CAST(:cursor AS jsonb), row_count = :rows, "
-                    "output_ref = CAST(:output AS jsonb), events_emitted = :emitted, error = CAST(:error AS jsonb), "
-                    "terminal_event_id = :event, lease_until = NULL, completed_at = now() WHERE frame_id = :id"
-                ),
-                {
-                    "status": status,
-                    "cursor": _json(body.cursor),
-                    "rows": body.row_count,
-                    "output": _json(body.output_ref) if body.output_ref is not None else None,
-                    "emitted": body.events_emitted,
-                    "error": _json(payload.get("error")) if not ok else None,
-                    "event": int(event.event_id),
-                    "id": frame_id,
-                },
-            )
-            exhausted = bool(row.exhausted)
-            if not ok or (body.cursor.get("exhausted") is True and not exhausted):
+        stage = closed.get(stage_id) or stages.get(stage_id) or self._stage_status(conn, stage_id)
+        out: dict[str, Any] = {
+            "stage_id": str(stage_id),
+            "results": results,
+            "committed": sum(1 for r in results if r["ok"]),
+            "stage_status": stage,
+            "next_action": "stop" if stop or stage != "OPEN" else "claim",
+        }
+        if body.claim is not None:
+            out["frames"] = self._next_frames(conn, stage_id, out["next_action"], body)
+        return out
+
+    def _next_frames(
+        self, conn: Connection, stage_id: int, next_action: str, body: CommitRequest | BatchCommitRequest
+    ) -> list[dict[str, Any]]:
+        """The frames a commit hands on: none once the stage is done or closed, else a claim's."""
+        if next_action != "claim" or body.claim is None:
+            return []
+        try:
+            return list(self._claim_on(conn, stage_id, body.claim.request(body.worker_id))["frames"])
+        except StageNotOpen:  # closed by another worker's commit meanwhile
+            return []
+
+    def _stage_status(self, conn: Connection, stage_id: int) -> str:
+        tenant, org = self.tenant
+        status = conn.execute(
+            text("SELECT status FROM stage WHERE stage_id = :s AND tenant_id = :t AND organization_id = :o"),
+            {"s": stage_id, "t": tenant, "o": org},
+        ).scalar()
+        if status is None:
+            raise StageNotFound(f"no stage {stage_id}")
+        return str(status)
+
+    def _end_attempts(
+        self, conn: Connection, worker_id: str, items: Sequence[tuple[int, FrameOutcome]], *, stage_id: int | None
+    ) -> tuple[list[tuple[Any, EventEnvelope, str] | NoetlError], dict[int, str], dict[int, str]]:
+        """One transaction ending the attempts of ``items`` (frames of ``stage_id`` when given): per
+        item, ``(row, terminal event, status)`` or the error refusing it; then the stages this drained
+        are closed. Returns the outcomes, the status of each stage seen (as the transaction found
+        it), and ``{stage_id: status}`` of the stages closed."""
+        tenant, org = self.tenant
+        outbox: list[OutboxRow] = []
+        ended: list[tuple[Any, EventEnvelope, str] | NoetlError] = []
+        finishing: set[int] = set()
+        with conn.begin():
+            rows = {
+                int(r.frame_id): r
+                for r in conn.execute(_LOCK_FRAMES, {"ids": [fid for fid, _ in items], "t": tenant, "o": org})
+            }
+            seen = {int(r.stage_id): str(r.stage_status) for r in rows.values()}
+            streams: list[tuple[str, list[EventEnvelope]]] = []
+            updates: list[tuple[int, str, FrameOutcome, EventEnvelope]] = []
+            stages: dict[int, list[int]] = {}  # stage id -> [frames failed, cursor exhausted]
+            for frame_id, item in items:
+                row = rows.get(frame_id)
+                if row is None or (stage_id is not None and int(row.stage_id) != stage_id):
+                    where = "" if stage_id is None else f" in stage {stage_id}"
+                    ended.append(FrameNotFound(f"no frame {frame_id}{where}"))
+                    continue
+                try:
+                    self._refuse_terminal(row)
+                    self._refuse_stranger(row, worker_id)
+                except NoetlError as exc:
+                    ended.append(exc)
+                    continue
+                status, event = self._terminal_event(row, worker_id, item)
+                streams.append((event.stream_id, [event]))
+                updates.append((frame_id, status, item, event))
+                ended.append((row, event, status))
+                counts = stages.setdefault(int(row.stage_id), [0, 0])
+                counts[0] += status == "FAILED"
+                if item.cursor.get("exhausted") is True and not row.exhausted:
+                    counts[1] = 1
+                if row.exhausted or counts[1] or _at_limit(row):
+                    finishing.add(int(row.stage_id))
+            if streams:
+                self.store.append_many_in(conn, streams, outbox=outbox)
                 conn.execute(
-                    text(
-                        "UPDATE stage SET frames_failed = frames_failed + :failed, "
-                        "exhausted = exhausted OR :exhausted WHERE stage_id = :s"
-                    ),
+                    _END_ROWS,
                     {
-                        "failed": 0 if ok else 1,
-                        "exhausted": body.cursor.get("exhausted") is True,
-                        "s": int(row.stage_id),
+                        "ids": [u[0] for u in updates],
+                        "statuses": [u[1] for u in updates],
+                        "cursors": [_json(u[2].cursor) for u in updates],
+                        "rows": [u[2].row_count for u in updates],
+                        "outputs": [None if u[2].output_ref is None else _json(u[2].output_ref) for u in updates],
+                        "emitted": [u[2].events_emitted for u in updates],
+                        "errors": [_json(u[3].payload["error"]) if u[1] == "FAILED" else None for u in updates],
+                        "events": [int(u[3].event_id) for u in updates],
                     },
                 )
-                exhausted = exhausted or body.cursor.get("exhausted") is True
+            for sid, (failed, exhausted) in sorted(stages.items()):
+                if failed or exhausted:
+                    conn.execute(
+                        text(
+                            "UPDATE stage SET frames_failed = frames_failed + :failed, "
+                            "exhausted = exhausted OR :exhausted WHERE stage_id = :s"
+                        ),
+                        {"failed": failed, "exhausted": bool(exhausted), "s": sid},
+                    )
         self._publish(outbox)
-        at_limit = row.frame_limit is not None and row.next_frame_index >= row.frame_limit
-        closed = self.close_if_done(int(row.stage_id)) if exhausted or at_limit else None
-        return {
-            "ok": True,
-            "frame_id": str(frame_id),
+        closed: dict[int, str] = {}
+        for sid in sorted(finishing):
+            closed_as = self.close_if_done(sid)
+            if closed_as is not None:
+                closed[sid] = closed_as
+        return ended, seen, closed
+
+    def _terminal_event(self, row: Any, worker_id: str, item: FrameOutcome) -> tuple[str, EventEnvelope]:
+        """The frame's ``frame.committed`` (status ``COMMITTED``) or ``frame.failed`` (``FAILED``)."""
+        policy = FramePolicy.model_validate(row.frame_policy)
+        ok = item.status == "COMPLETED"
+        status = "COMMITTED" if ok else "FAILED"
+        payload: dict[str, Any] = {
+            "worker_id": worker_id,
+            "attempt": row.attempts,
             "status": status,
-            "terminal_event_id": event.event_id,
-            "stage_status": closed or row.stage_status,
-            "next_action": "stop" if exhausted or at_limit or closed else "claim",
+            "cursor": item.cursor,
+            "row_count": item.row_count,
+            "events_emitted": item.events_emitted,
+            "output_ref": item.output_ref,
+            "retry_mode": policy.retry_mode,
+            "max_attempts": policy.max_attempts,
         }
+        if not ok:
+            payload["reason"] = "task_failed"
+            payload["error"] = item.error or {"kind": "frame_failed", "message": "the frame's task failed"}
+        event = self._frame_event(
+            row,
+            "frame.committed" if ok else "frame.failed",
+            payload,
+            ("committed" if ok else "failed", row.attempts),
+            causation=row.claimed_event_id,
+            payload_ref=_rows_payload_ref(item.output_ref),
+        )
+        return status, event
 
     # -- closing stages -------------------------------------------------------------------------
 
@@ -862,6 +1011,17 @@ class _NewFrame:
         self.cursor = cursor if cursor is not None else {"frame_index": frame_index}
         self.owner_worker = None
         self.attempts = 0
+
+
+def _finishes(row: Any, item: FrameOutcome) -> bool:
+    """After this commit the stage mints no more frames: its cursor is exhausted (now or before), or
+    its frame limit is reached."""
+    return bool(row.exhausted) or item.cursor.get("exhausted") is True or _at_limit(row)
+
+
+def _at_limit(row: Any) -> bool:
+    """Every frame the stage may have is minted (its ``frame_limit`` is reached)."""
+    return row.frame_limit is not None and row.next_frame_index >= row.frame_limit
 
 
 def _rows_payload_ref(output_ref: dict[str, Any] | None) -> PayloadRef | None:

@@ -163,33 +163,34 @@ class CursorSlot:
         )
         summary = SlotSummary(stage_id, slot)
         policy = loop.frame
+        claim = {
+            "requested_count": 1,
+            "lease_seconds": policy.lease_seconds,
+            "cursor": {"slot": slot},
+            "command_id": str(command["command_id"]),
+        }
+        handed: list[Mapping[str, Any]] = []  # frames a commit leased to this slot with its answer
         while not self.stop():
-            answer = self._call(
-                f"/api/stages/{stage_id}/frames/claim",
-                {
-                    "worker_id": self.worker_id,
-                    "command_id": str(command["command_id"]),
-                    "requested_count": 1,
-                    "lease_seconds": policy.lease_seconds,
-                    "cursor": {"slot": slot},
-                    "frame_policy": policy.model_dump(mode="json"),
-                },
-            )
-            summary.claims += 1
-            if answer.status in (404, 409):  # the stage closed (or is gone): this slot is done
-                break
-            if not answer.ok or not isinstance(answer.json, dict):
-                summary.first_error = summary.first_error or {
-                    "kind": "claim_refused",
-                    "message": f"the frames API answered {answer.status}",
-                    "code": error_code(answer),
-                }
-                break
-            claimed = answer.json.get("frames") or []
-            if not claimed:
-                break
-            for frame in claimed:
-                self._frame(sc, plan, loop, policy, frame, events, summary)
+            if not handed:
+                answer = self._call(
+                    f"/api/stages/{stage_id}/frames/claim",
+                    {"worker_id": self.worker_id, **claim, "frame_policy": policy.model_dump(mode="json")},
+                )
+                summary.claims += 1
+                if answer.status in (404, 409):  # the stage closed (or is gone): this slot is done
+                    break
+                if not answer.ok or not isinstance(answer.json, dict):
+                    summary.first_error = summary.first_error or {
+                        "kind": "claim_refused",
+                        "message": f"the frames API answered {answer.status}",
+                        "code": error_code(answer),
+                    }
+                    break
+                handed = list(answer.json.get("frames") or [])
+                if not handed:
+                    break
+            frame = handed.pop(0)
+            handed += self._frame(sc, plan, loop, policy, frame, events, summary, None if handed else claim)
         if self.stop():
             return Report(
                 started_at, "error", None, {"kind": "stopped", "message": "the run was stopped"}, stopped=True
@@ -219,13 +220,16 @@ class CursorSlot:
         frame: Mapping[str, Any],
         events: _Events,
         summary: SlotSummary,
-    ) -> None:
+        next_claim: dict[str, Any] | None = None,
+    ) -> list[Mapping[str, Any]]:
+        """Run one frame and commit it; the frames the commit leased to this slot with its answer
+        (``next_claim``: the commit also claims, saving the slot a request per frame)."""
         fid = str(frame["frame_id"])
         lease = float(policy.lease_seconds)
         first = self._call(f"/api/frames/{fid}/heartbeat", {"worker_id": self.worker_id, "lease_seconds": lease})
         if not first.ok:
             summary.lost += 1
-            return
+            return []
         lost = threading.Event()
         beat = _Beat(self, fid, lease, policy.heartbeat_interval(lease), lost)
         beat.start()
@@ -239,7 +243,7 @@ class CursorSlot:
             beat.stop()
         if lost.is_set() or self.stop():
             summary.lost += 1
-            return
+            return []
         rows_ref = None
         if self.payloads is not None and rows:
             from noetl_cloud.payload.arrow import store_rows  # pyarrow only where frames write rows
@@ -265,10 +269,13 @@ class CursorSlot:
             "events_emitted": events.count - before,
             "error": failure,
         }
+        if next_claim is not None and not exhausted:
+            body["claim"] = next_claim
+            summary.claims += 1  # a claim folded into the commit's request: counted as a claim still
         committed = self._call(f"/api/frames/{fid}/commit", body)
         if not committed.ok:  # 409: the lease went to another worker meanwhile, who commits the frame
             summary.lost += 1
-            return
+            return []
         summary.frames += 1
         summary.events += events.count - before
         summary.frame_ids.append(fid)
@@ -277,6 +284,8 @@ class CursorSlot:
         else:
             summary.failed += 1
             summary.first_error = summary.first_error or {"kind": "frame_failed", "frame_id": fid, "error": failure}
+        handed = committed.json.get("frames") if isinstance(committed.json, dict) else None
+        return list(handed or [])
 
     def _claim_rows(
         self, sc: StepContext, loop: Loop, policy: FramePolicy, frame: Mapping[str, Any]
