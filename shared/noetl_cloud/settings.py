@@ -63,6 +63,9 @@ class Settings(BaseModel):
     db_pool_size: Annotated[int, Field(ge=1, le=50)] = 5
     db_max_overflow: Annotated[int, Field(ge=0, le=50)] = 2
     db_pool_timeout_s: Annotated[float, Field(gt=0, le=120)] = 10.0
+    # Server-side prepared statements per connection (one round trip a statement instead of three);
+    # off behind a transaction-mode pooler, which does not keep them.
+    db_prepared_statements: bool = True
 
     # Messaging.
     pools: tuple[str, ...] = ("shared",)

@@ -2,7 +2,10 @@ from __future__ import annotations
 
 import socket
 
-from sqlalchemy import Engine, text
+import pytest
+from sqlalchemy import Connection, Engine, text
+
+from noetl_cloud.settings import Settings
 
 
 def test_every_pooled_connection_has_tcp_nodelay(db_engine: Engine) -> None:
@@ -11,3 +14,61 @@ def test_every_pooled_connection_has_tcp_nodelay(db_engine: Engine) -> None:
             raw = conn.connection.dbapi_connection
             assert raw._usock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
             assert conn.execute(text("SELECT 1")).scalar_one() == 1
+
+
+def _prepared(conn: Connection) -> list[str]:
+    return list(conn.execute(text("SELECT statement FROM pg_prepared_statements ORDER BY prepare_time")).scalars())
+
+
+def test_a_statement_with_parameters_is_prepared_once_per_connection_and_run_by_name(db_engine: Engine) -> None:
+    query = text("SELECT CAST(:n AS int) * 2 AS twice, CAST(:s AS text) AS s")
+    with db_engine.connect() as conn:
+        answers = [conn.execute(query, {"n": n, "s": f"v{n}"}).one() for n in range(5)]
+        assert [(a.twice, a.s) for a in answers] == [(2 * n, f"v{n}") for n in range(5)]
+        server_side = [s for s in _prepared(conn) if "* 2 AS twice" in s]
+        assert len(server_side) == 1  # prepared by the first run, reused by the four others
+        cache = conn.connection.dbapi_connection._noetl_statements
+        assert len([key for key in cache if "* 2 AS twice" in key[0]]) == 1
+
+
+def test_prepared_statements_are_bounded_per_connection(db_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    from noetl_cloud.db import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "PREPARED_PER_CONNECTION", 3)
+    with db_engine.connect() as conn:
+        for n in range(6):  # six distinct statements
+            assert conn.execute(text(f"SELECT CAST(:v AS int) + {n}"), {"v": 1}).scalar_one() == 1 + n
+        kept = [s for s in _prepared(conn) if "AS int) +" in s]
+        assert [s.rsplit("+ ", 1)[1] for s in kept] == ["3", "4", "5"]  # the least recently used were closed
+        assert len(conn.connection.dbapi_connection._noetl_statements) == 3
+
+
+def test_a_prepared_statement_follows_the_table_it_reads_through_ddl_and_commits_are_durable(
+    db_engine: Engine,
+) -> None:
+    with db_engine.begin() as conn:
+        conn.execute(text("CREATE TABLE prep_probe (id int PRIMARY KEY, v text)"))
+    read = text("SELECT v FROM prep_probe WHERE id = :id")
+    with db_engine.begin() as conn:
+        conn.execute(text("INSERT INTO prep_probe (id, v) VALUES (:id, :v)"), {"id": 1, "v": "one"})
+        assert conn.execute(read, {"id": 1}).scalar_one() == "one"
+    with db_engine.begin() as conn:  # the table is rebuilt under the prepared statements
+        conn.execute(text("DROP TABLE prep_probe"))
+        conn.execute(text("CREATE TABLE prep_probe (id int PRIMARY KEY, extra int, v text)"))
+        conn.execute(text("INSERT INTO prep_probe (id, extra, v) VALUES (:id, 0, :v)"), {"id": 1, "v": "uno"})
+    with db_engine.connect() as other:  # what the transactions committed is visible to another session
+        assert other.execute(read, {"id": 1}).scalar_one() == "uno"
+
+
+def test_prepared_statements_can_be_turned_off(db_settings: Settings) -> None:
+    from noetl_cloud.db.engine import create_db_engine
+
+    engine = create_db_engine(db_settings.model_copy(update={"db_prepared_statements": False}))
+    try:
+        with engine.connect() as conn:
+            for n in range(3):
+                assert conn.execute(text("SELECT CAST(:n AS int) + 40"), {"n": n}).scalar_one() == 40 + n
+            assert not hasattr(conn.connection.dbapi_connection, "_noetl_statements")
+            assert [s for s in _prepared(conn) if "+ 40" in s] == []
+    finally:
+        engine.dispose()

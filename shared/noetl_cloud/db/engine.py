@@ -7,11 +7,17 @@ each instance should hold only a few connections.
 
 pg8000 does not set ``TCP_NODELAY``; with Nagle's algorithm on, a statement of a few KB waits for
 the server's delayed ACK (~40 ms) before its last segment leaves. Every new connection sets it.
+
+pg8000 runs a statement with parameters as an unnamed statement in three round trips (parse, then
+describe, then bind and execute), parsing it again every time; :func:`prepare_statements` keeps
+named server-side statements per connection instead, so a statement seen before costs one round
+trip (``NOETL_DB_PREPARED_STATEMENTS``, on by default).
 """
 
 from __future__ import annotations
 
 import socket
+from collections import OrderedDict
 from functools import lru_cache
 from typing import Any
 
@@ -66,6 +72,54 @@ def cache_paramstyle_conversion() -> None:
     pg8000.legacy.convert_paramstyle = convert
 
 
+PREPARED_PER_CONNECTION = 256
+
+
+def prepare_statements() -> None:
+    """Run pg8000's parameterized statements as named prepared statements, cached per connection
+    (idempotent; only connections that :func:`enable_prepared_statements` marked use the cache).
+
+    The cache maps the statement text (after the parameter-style rewrite) and its parameter type
+    oids to the server-side statement: its name, result columns and converters. It is an LRU of
+    :data:`PREPARED_PER_CONNECTION` statements; an evicted one is closed on the server. The server
+    itself re-plans a prepared statement after DDL on the tables it reads, so migrations need
+    nothing. Statements without parameters (pg8000 sends ``COMMIT`` and ``ROLLBACK`` this way) go by
+    the simple query protocol, one round trip; ``COPY`` streams keep pg8000's own path.
+    """
+    import pg8000.core
+
+    original = pg8000.core.CoreConnection.execute_unnamed
+    if getattr(original, "_noetl_prepared", False):
+        return
+
+    def execute_unnamed(self: Any, statement: str, vals: Any = (), oids: Any = (), stream: Any = None) -> Any:
+        cache: OrderedDict[tuple[str, tuple[int, ...]], Any] | None = getattr(self, "_noetl_statements", None)
+        if cache is None or stream is not None:
+            return original(self, statement, vals=vals, oids=oids, stream=stream)
+        if not vals:  # COMMIT, ROLLBACK: the simple protocol's one round trip, not three
+            return self.execute_simple(statement)
+        key = (statement, tuple(oids))
+        prepared = cache.get(key)
+        if prepared is None:
+            prepared = self.prepare_statement(statement, oids)
+            cache[key] = prepared
+            if len(cache) > PREPARED_PER_CONNECTION:
+                self.close_prepared_statement(cache.popitem(last=False)[1][0])
+        else:
+            cache.move_to_end(key)
+        name, columns, input_funcs = prepared
+        params = pg8000.core.make_params(self.py_types, vals)
+        return self.execute_named(name, params, columns, input_funcs, statement)
+
+    execute_unnamed._noetl_prepared = True  # type: ignore[attr-defined]
+    pg8000.core.CoreConnection.execute_unnamed = execute_unnamed  # type: ignore[method-assign]
+
+
+def enable_prepared_statements(dbapi_connection: Any) -> None:
+    """Give a new pg8000 connection its cache of prepared statements (see :func:`prepare_statements`)."""
+    dbapi_connection._noetl_statements = OrderedDict()
+
+
 def normalize_url(url: str) -> str:
     """Accept ``postgresql://`` and ``postgres://`` DSNs and pin the pg8000 driver."""
     parsed = make_url(url)
@@ -96,6 +150,9 @@ def create_db_engine(settings: Settings, **overrides: Any) -> Engine:
         assert settings.database_url is not None
         engine = create_engine(normalize_url(settings.database_url), **options)
     event.listen(engine, "connect", lambda conn, _record: set_tcp_nodelay(conn))
+    if settings.db_prepared_statements:
+        prepare_statements()
+        event.listen(engine, "connect", lambda conn, _record: enable_prepared_statements(conn))
     return engine
 
 

@@ -14,6 +14,7 @@ publish leaves them ``pending`` for the sweep.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,14 +48,17 @@ _BUMP_EXPECTED = text(
     "UPDATE stream SET version = version + :n, updated_at = now() "
     "WHERE stream_id = :stream_id AND version = :expected RETURNING version"
 )
+# The heads as one JSON parameter (pg8000 escapes a text-array parameter character by character),
+# bumped in stream-id order.
 _BUMP_MANY = text(
     "INSERT INTO stream (stream_id, version) "
-    "SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:ns AS bigint[])) "
+    "SELECT stream_id, n FROM jsonb_to_recordset(CAST(:heads AS jsonb)) AS h(stream_id text, n bigint) "
+    "ORDER BY stream_id "
     "ON CONFLICT (stream_id) DO UPDATE SET version = stream.version + excluded.version, updated_at = now() "
     "RETURNING stream_id, version"
 )
 _VERSION = text("SELECT version FROM stream WHERE stream_id = :stream_id")
-_RETURNING_OUTBOX = "RETURNING outbox_id, topic, data, attributes, ordering_key"
+_RETURNING_OUTBOX = "RETURNING outbox_id, event_id, topic"
 
 
 def _row(envelope: EventEnvelope) -> dict[str, Any]:
@@ -207,7 +211,8 @@ class PostgresEventStore:
             raise ValueError("a stream is given twice in one append_many_in")
         for stream_id, events in ordered:
             check_batch(stream_id, events)
-        bumped = conn.execute(_BUMP_MANY, {"ids": ids, "ns": [len(events) for _stream, events in ordered]})
+        heads_param = json.dumps([{"stream_id": stream_id, "n": len(events)} for stream_id, events in ordered])
+        bumped = conn.execute(_BUMP_MANY, {"heads": heads_param})
         heads = {stream_id: int(version) for stream_id, version in bumped}
         now = utc_now()
         sealed = [
@@ -239,14 +244,15 @@ class PostgresEventStore:
         if len(inserted) != len(sealed):
             keys = [e.idempotency_key for e in sealed if e.idempotency_key is not None]
             raise DuplicateIdempotencyKey(self._used_keys(conn, keys, set(inserted)))
-        written = insert_rows(
-            conn,
-            outbox_table,
-            [outbox_message(e, self.events_topic) for e in sealed],
-            suffix=_RETURNING_OUTBOX,
-        )
+        messages = [outbox_message(e, self.events_topic) for e in sealed]
+        written = insert_rows(conn, outbox_table, messages, suffix=_RETURNING_OUTBOX)
         assert written is not None
-        rows = [OutboxRow(r.outbox_id, r.topic, r.data, r.attributes, r.ordering_key) for r in written]
+        # The rows as written, rebuilt from what was sent (no JSON read back): (event, topic) is unique.
+        sent = {(m["event_id"], m["topic"]): m for m in messages}
+        rows = []
+        for outbox_id, event_id, topic in written:
+            m = sent[(event_id, topic)]
+            rows.append(OutboxRow(outbox_id, topic, m["data"], m["attributes"], m["ordering_key"]))
         rows.sort(key=lambda row: row.outbox_id)  # insertion order: one execution's events publish in order
         return rows
 

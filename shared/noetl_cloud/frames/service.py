@@ -77,19 +77,19 @@ _MINT = text(
 )
 # The frames a commit ends, locked in id order (two batches over the same frames cannot deadlock).
 _LOCK_FRAMES = text(
-    f"SELECT {_FRAME_COLUMNS}, s.status AS stage_status, s.frame_policy, s.exhausted, s.frame_limit, "
+    f"SELECT {_FRAME_COLUMNS.replace('f.lease_until, ', '')}, s.status AS stage_status, s.frame_policy, s.exhausted, s.frame_limit, "
     "s.next_frame_index FROM frame f JOIN stage s ON s.stage_id = f.stage_id "
     "WHERE f.frame_id = ANY(CAST(:ids AS bigint[])) AND f.tenant_id = :t AND f.organization_id = :o "
     "ORDER BY f.frame_id FOR UPDATE OF f"
 )
+# One JSON parameter for all the rows: pg8000 escapes text-array parameters character by character.
 _END_ROWS = text(
     "UPDATE frame f SET status = v.status, cursor = v.cursor, row_count = v.row_count, output_ref = v.output_ref, "
     "events_emitted = v.emitted, error = v.error, terminal_event_id = v.event_id, lease_until = NULL, "
     "completed_at = now() "
-    "FROM unnest(CAST(:ids AS bigint[]), CAST(:statuses AS text[]), CAST(CAST(:cursors AS text[]) AS jsonb[]), "
-    "CAST(:rows AS bigint[]), CAST(CAST(:outputs AS text[]) AS jsonb[]), CAST(:emitted AS bigint[]), "
-    "CAST(CAST(:errors AS text[]) AS jsonb[]), CAST(:events AS bigint[])) "
-    "AS v(frame_id, status, cursor, row_count, output_ref, emitted, error, event_id) "
+    "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) "
+    "AS v(frame_id bigint, status text, cursor jsonb, row_count bigint, output_ref jsonb, emitted bigint, "
+    "error jsonb, event_id bigint) "
     "WHERE f.frame_id = v.frame_id"
 )
 _CLAIM_ROWS = text(
@@ -731,19 +731,20 @@ class FrameService:
                     finishing.add(int(row.stage_id))
             if streams:
                 self.store.append_many_in(conn, streams, outbox=outbox)
-                conn.execute(
-                    _END_ROWS,
+                ended_rows = [
                     {
-                        "ids": [u[0] for u in updates],
-                        "statuses": [u[1] for u in updates],
-                        "cursors": [_json(u[2].cursor) for u in updates],
-                        "rows": [u[2].row_count for u in updates],
-                        "outputs": [None if u[2].output_ref is None else _json(u[2].output_ref) for u in updates],
-                        "emitted": [u[2].events_emitted for u in updates],
-                        "errors": [_json(u[3].payload["error"]) if u[1] == "FAILED" else None for u in updates],
-                        "events": [int(u[3].event_id) for u in updates],
-                    },
-                )
+                        "frame_id": frame_id,
+                        "status": status,
+                        "cursor": item.cursor,
+                        "row_count": item.row_count,
+                        "output_ref": item.output_ref,
+                        "emitted": item.events_emitted,
+                        "error": event.payload["error"] if status == "FAILED" else None,
+                        "event_id": int(event.event_id),
+                    }
+                    for frame_id, status, item, event in updates
+                ]
+                conn.execute(_END_ROWS, {"rows": _json(ended_rows)})
             for sid, (failed, exhausted) in sorted(stages.items()):
                 if failed or exhausted:
                     conn.execute(
