@@ -105,6 +105,8 @@ class FlaskApi:
     def __init__(self, clients: Callable[[], FlaskClient]) -> None:
         self.clients = clients
         self.local = threading.local()
+        self.posts: Counter[str] = Counter()  # POSTs per kind of route (the last path segment)
+        self.lock = threading.Lock()
 
     @property
     def client(self) -> FlaskClient:
@@ -117,6 +119,8 @@ class FlaskApi:
         return ApiResponse(r.status_code, r.get_json(silent=True), dict(r.headers))
 
     def post(self, path: str, json: Any = None) -> ApiResponse:
+        with self.lock:
+            self.posts[path.rsplit("/", 1)[1]] += 1
         r = self.client.post(path, json=json)
         return ApiResponse(r.status_code, r.get_json(silent=True), dict(r.headers))
 
@@ -243,7 +247,12 @@ def test_a_row_mode_cursor_loop_runs_its_pipeline_once_per_row_in_one_row_frames
     stage_id = str(_sql(driver, "SELECT stage_id FROM stage")[0][0])
     committed = frames.events(stage_id, "frame.committed")
     assert Counter(e["payload"]["row_count"] for e in committed) == {1: 230, 0: 1}  # the empty one exhausts
-    assert sum(s["rows"] for s in detail["results"]["fetch"]) == 230
+    slots = detail["results"]["fetch"]
+    assert sum(s["rows"] for s in slots) == 230
+    # Each commit leases its slot's next frame: a slot claims on its own once, not once per frame.
+    assert driver.frames_api.posts["commit"] == 231
+    assert driver.frames_api.posts["claim"] <= 2 * len(slots)
+    assert sum(s["claims"] for s in slots) >= 231  # the claims folded into commits are still counted
 
 
 def test_a_failing_frame_is_committed_failed_and_the_loop_step_fails(

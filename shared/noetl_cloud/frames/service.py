@@ -75,9 +75,11 @@ _MINT = text(
     "AND (s.frame_limit IS NULL OR s.next_frame_index < s.frame_limit) "
     "RETURNING old.next_frame_index AS first, s.next_frame_index AS stop, now() AS now"
 )
-# The frames a commit ends, locked in id order (two batches over the same frames cannot deadlock).
+# The frames a commit ends, locked in id order (two batches over the same frames cannot deadlock);
+# not their lease (pg8000 parses each timestamp with strptime).
+_ENDING_COLUMNS = _FRAME_COLUMNS.replace("f.lease_until, ", "")
 _LOCK_FRAMES = text(
-    f"SELECT {_FRAME_COLUMNS.replace('f.lease_until, ', '')}, s.status AS stage_status, s.frame_policy, s.exhausted, s.frame_limit, "
+    f"SELECT {_ENDING_COLUMNS}, s.status AS stage_status, s.frame_policy, s.exhausted, s.frame_limit, "
     "s.next_frame_index FROM frame f JOIN stage s ON s.stage_id = f.stage_id "
     "WHERE f.frame_id = ANY(CAST(:ids AS bigint[])) AND f.tenant_id = :t AND f.organization_id = :o "
     "ORDER BY f.frame_id FOR UPDATE OF f"
