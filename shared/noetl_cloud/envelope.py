@@ -143,15 +143,18 @@ class EventEnvelope(BaseModel):
         return checksum(self.canonical_fields())
 
     def sealed(self, *, stream_version: int, ingest_time: datetime) -> EventEnvelope:
-        """The envelope as stored: its stream version, ingest time and checksum set."""
-        draft = self.model_copy(
-            update={
-                "stream_version": stream_version,
-                "ingest_time": ingest_time.astimezone(UTC),
-                "envelope_checksum": None,
-            }
+        """The envelope as stored: its stream version, ingest time and checksum set.
+
+        The checksum is taken over this envelope's canonical fields with the two stored values put
+        in (what :meth:`compute_checksum` of the sealed copy returns), so one copy is made, not two.
+        """
+        ingest = ingest_time.astimezone(UTC)
+        fields = self.canonical_fields()
+        fields["stream_version"] = stream_version
+        fields["ingest_time"] = format_time(ingest)
+        return self.model_copy(
+            update={"stream_version": stream_version, "ingest_time": ingest, "envelope_checksum": checksum(fields)}
         )
-        return draft.model_copy(update={"envelope_checksum": draft.compute_checksum()})
 
     def verify_checksum(self) -> bool:
         return self.envelope_checksum is not None and self.envelope_checksum == self.compute_checksum()
