@@ -15,7 +15,7 @@ import logging
 from collections.abc import Sequence
 from concurrent import futures
 
-from google.api_core.exceptions import AlreadyExists, GoogleAPICallError, RetryError
+from google.api_core.exceptions import AlreadyExists, GoogleAPICallError
 from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 from google.pubsub_v1 import PublisherClient as PublishApi
 from google.pubsub_v1 import PubsubMessage
@@ -86,7 +86,7 @@ class PubSubPublisher:
                         ],
                         timeout=self.timeout_s,
                     )
-                except (GoogleAPICallError, RetryError) as exc:
+                except Exception as exc:  # noqa: BLE001 - any failure leaves the messages for the sweep
                     log.warning("publish of %d messages to %s failed: %s", len(chunk), topic, type(exc).__name__)
                     continue
                 for i, server_id in zip(chunk, response.message_ids, strict=True):
