@@ -39,7 +39,7 @@ from pathlib import Path
 
 import urllib3
 
-from noetl_cloud.local.process import gunicorn_argv, http_ok, stop_group, wait_until
+from noetl_cloud.local.process import group_stats, gunicorn_argv, http_ok, stop_group, wait_until
 from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.messaging.pubsub import PubSubPublisher
 
@@ -101,18 +101,8 @@ def standing_in(port: int, env: dict[str, str]) -> Iterator[tuple[str, int]]:
 
 def group_cpu_s(pgid: int) -> float:
     """User + system CPU seconds of the live processes of a process group (gunicorn: master and workers)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # gone meanwhile
-            continue
-        if int(fields[2]) == pgid:  # fields[2] is the process group (field 5 of proc(5))
-            total += int(fields[11]) + int(fields[12])
-    return total / tick
+    ticks = sum(int(fields[11]) + int(fields[12]) for fields in group_stats(pgid))  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _answers(port: int) -> bool:

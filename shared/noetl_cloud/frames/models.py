@@ -12,15 +12,26 @@ SNOWFLAKE = r"^[0-9]{1,19}$"
 DURABLE_KEYS = ("ref", "uri", "locator")
 
 
-class ClaimRequest(BaseModel):
+class ClaimTerms(BaseModel):
+    """What a claim asks for. Alone, the ``claim`` of a commit (spec §5.3: a commit "may immediately
+    hand the worker the next frame"): a claim of the committed frames' stage by the same worker."""
+
     model_config = ConfigDict(extra="forbid")
-    worker_id: str = Field(min_length=1, max_length=256)
     command_id: str | None = Field(default=None, pattern=SNOWFLAKE)
     requested_count: int = Field(default=1, ge=1, le=100)
     lease_seconds: float | None = Field(default=None, gt=0, le=3600)
     cursor: dict[str, Any] = Field(default_factory=dict)
-    frame_policy: dict[str, Any] | None = None
     locality: dict[str, Any] | None = None
+
+    def request(self, worker_id: str) -> ClaimRequest:
+        return ClaimRequest(worker_id=worker_id, **self.model_dump(exclude_none=True))
+
+
+class ClaimRequest(ClaimTerms):
+    """``POST /api/stages/{stage_id}/frames/claim``."""
+
+    worker_id: str = Field(min_length=1, max_length=256)
+    frame_policy: dict[str, Any] | None = None
 
 
 class HeartbeatRequest(BaseModel):
@@ -28,21 +39,6 @@ class HeartbeatRequest(BaseModel):
     worker_id: str = Field(min_length=1, max_length=256)
     lease_seconds: float | None = Field(default=None, gt=0, le=3600)
     status: Literal["RUNNING"] | None = None
-
-
-class NextClaim(BaseModel):
-    """Frames to lease in the same call as a commit (spec §5.3: a commit "may immediately hand the
-    worker the next frame"): a claim of the committed frames' stage, by the same worker."""
-
-    model_config = ConfigDict(extra="forbid")
-    requested_count: int = Field(default=1, ge=1, le=100)
-    lease_seconds: float | None = Field(default=None, gt=0, le=3600)
-    cursor: dict[str, Any] = Field(default_factory=dict)
-    command_id: str | None = Field(default=None, pattern=SNOWFLAKE)
-    locality: dict[str, Any] | None = None
-
-    def request(self, worker_id: str) -> ClaimRequest:
-        return ClaimRequest(worker_id=worker_id, **self.model_dump(exclude_none=True))
 
 
 class FrameOutcome(BaseModel):
@@ -69,7 +65,7 @@ class CommitRequest(FrameOutcome):
     """``POST /api/frames/{id}/commit``; with ``claim``, the answer also leases the next frames."""
 
     worker_id: str = Field(min_length=1, max_length=256)
-    claim: NextClaim | None = None
+    claim: ClaimTerms | None = None
 
 
 class FrameCommit(FrameOutcome):
@@ -85,7 +81,7 @@ class BatchCommitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     worker_id: str = Field(min_length=1, max_length=256)
     commits: list[FrameCommit] = Field(min_length=1, max_length=100)
-    claim: NextClaim | None = None
+    claim: ClaimTerms | None = None
 
     @model_validator(mode="after")
     def _distinct(self) -> BatchCommitRequest:

@@ -75,8 +75,8 @@ _MINT = text(
     "AND (s.frame_limit IS NULL OR s.next_frame_index < s.frame_limit) "
     "RETURNING old.next_frame_index AS first, s.next_frame_index AS stop, now() AS now"
 )
-# The frames a commit ends, locked in id order (two batches over the same frames cannot deadlock);
-# not their lease (pg8000 parses each timestamp with strptime).
+# The frames a commit or a heartbeat ends or extends, locked in id order (two batches over the same
+# frames cannot deadlock); not their lease (pg8000 parses each timestamp with strptime).
 _ENDING_COLUMNS = _FRAME_COLUMNS.replace("f.lease_until, ", "")
 _LOCK_FRAMES = text(
     f"SELECT {_ENDING_COLUMNS}, s.status AS stage_status, s.frame_policy, s.exhausted, s.frame_limit, "
@@ -290,7 +290,8 @@ class FrameService:
             "ended_at": _iso(row.ended_at),
         }
 
-    def _stage_for_claim(self, conn: Connection, stage_id: int) -> Any:
+    def _stage_row(self, conn: Connection, stage_id: int) -> Any:
+        """This tenant's stage ``stage_id``, or :class:`StageNotFound`."""
         tenant, org = self.tenant
         row = conn.execute(
             text(
@@ -301,6 +302,10 @@ class FrameService:
         ).first()
         if row is None:
             raise StageNotFound(f"no stage {stage_id}")
+        return row
+
+    def _stage_for_claim(self, conn: Connection, stage_id: int) -> Any:
+        row = self._stage_row(conn, stage_id)
         if row.status != "OPEN":
             raise StageNotOpen(f"stage {stage_id} is {row.status}", details={"status": row.status})
         return row
@@ -534,15 +539,9 @@ class FrameService:
     # -- heartbeat ------------------------------------------------------------------------------
 
     def _lock_frame(self, conn: Connection, frame_id: int) -> Any:
+        """One frame, locked, with its stage's columns: the batch commit's lock of a single frame."""
         tenant, org = self.tenant
-        row = conn.execute(
-            text(
-                f"SELECT {_FRAME_COLUMNS}, s.status AS stage_status, s.frame_policy, s.exhausted, s.frame_limit, "
-                "s.next_frame_index FROM frame f JOIN stage s ON s.stage_id = f.stage_id "
-                "WHERE f.frame_id = :f AND f.tenant_id = :t AND f.organization_id = :o FOR UPDATE OF f"
-            ),
-            {"f": frame_id, "t": tenant, "o": org},
-        ).first()
+        row = conn.execute(_LOCK_FRAMES, {"ids": [frame_id], "t": tenant, "o": org}).first()
         if row is None:
             raise FrameNotFound(f"no frame {frame_id}")
         return row
@@ -656,7 +655,7 @@ class FrameService:
             results.append(
                 {"frame_id": str(frame_id), "ok": True, "status": status, "terminal_event_id": event.event_id}
             )
-        stage = closed.get(stage_id) or stages.get(stage_id) or self._stage_status(conn, stage_id)
+        stage = closed.get(stage_id) or stages.get(stage_id) or str(self._stage_row(conn, stage_id).status)
         out: dict[str, Any] = {
             "stage_id": str(stage_id),
             "results": results,
@@ -678,16 +677,6 @@ class FrameService:
             return list(self._claim_on(conn, stage_id, body.claim.request(body.worker_id))["frames"])
         except StageNotOpen:  # closed by another worker's commit meanwhile
             return []
-
-    def _stage_status(self, conn: Connection, stage_id: int) -> str:
-        tenant, org = self.tenant
-        status = conn.execute(
-            text("SELECT status FROM stage WHERE stage_id = :s AND tenant_id = :t AND organization_id = :o"),
-            {"s": stage_id, "t": tenant, "o": org},
-        ).scalar()
-        if status is None:
-            raise StageNotFound(f"no stage {stage_id}")
-        return str(status)
 
     def _end_attempts(
         self, conn: Connection, worker_id: str, items: Sequence[tuple[int, FrameOutcome]], *, stage_id: int | None

@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 
@@ -112,17 +112,24 @@ def stop_group(pgid: int, *, timeout: float = 15.0) -> None:
         time.sleep(0.1)
 
 
-def group_alive(pgid: int) -> bool:
-    """True while any live (not zombie) process is in the group."""
+def group_stats(pgid: int) -> Iterator[list[str]]:
+    """The ``/proc/<pid>/stat`` fields after the command name (state first, process group third) of
+    every process in the group, as they are read."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
-        except OSError:
+        except OSError:  # gone meanwhile
             continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
+        if int(fields[2]) == pgid:
+            yield fields
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any live (not zombie) process is in the group."""
+    if any(fields[0] not in ("Z", "X") for fields in group_stats(pgid)):
+        return True
     # Reap our own children that have exited so they do not linger as zombies.
     try:
         while os.waitpid(-pgid, os.WNOHANG)[0]:
