@@ -71,6 +71,12 @@ class Settings(BaseModel):
     pools: tuple[str, ...] = ("shared",)
     events_topic: str = "noetl-events"
     command_topic_prefix: str = "noetl-commands-"
+    # How committed outbox rows are published: by a relay thread of the process after the request's
+    # commit ("background": no request waits on Pub/Sub; Cloud Run needs CPU always allocated for it,
+    # docs/architecture.md), or inside the request ("inline"). The relay thread also sweeps rows a
+    # crashed process left every ``outbox_sweep_every_s`` seconds (0: only the scheduled sweep).
+    outbox_publish: Literal["background", "inline"] = "background"
+    outbox_sweep_every_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
 
     # Distributed execution: how long a claim holds without a heartbeat, how often a command is
     # issued before it fails with ``lease_expired``.

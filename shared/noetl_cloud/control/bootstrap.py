@@ -17,7 +17,7 @@ from noetl_cloud.control.orchestrator import Orchestrator
 from noetl_cloud.db.engine import create_db_engine
 from noetl_cloud.envelope import EventFactory
 from noetl_cloud.eventlog.postgres import PostgresEventStore
-from noetl_cloud.eventlog.relay import OutboxRelay
+from noetl_cloud.eventlog.relay import OutboxRelay, relay_for
 from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.messaging.port import Publisher
 from noetl_cloud.replay.service import ReplayService
@@ -67,7 +67,7 @@ class ControlPlane:
 
     @cached_property
     def relay(self) -> OutboxRelay:
-        return OutboxRelay(self.engine, self.publisher)
+        return relay_for(self.engine, self.publisher, self.settings)
 
     @cached_property
     def catalog(self) -> CatalogService:

@@ -148,7 +148,7 @@ class ExecutionService:
             results[plan.index] = ItemResult(
                 index=plan.index, status="started", execution_id=str(plan.execution_id), execution_pool=plan.pool
             )
-        self.relay.publish_rows(rows)
+        self.relay.hand_off(rows)
         return [r for r in results if r is not None]
 
     def _resolve(self, request: ExecuteRequest) -> CatalogEntry:
@@ -477,5 +477,5 @@ class ExecutionService:
                 ],
                 outbox=rows,
             )
-        self.relay.publish_rows(rows)
+        self.relay.hand_off(rows)
         return {"execution_id": str(execution_id), "status": "cancelled", "changed": True}

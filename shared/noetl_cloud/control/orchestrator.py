@@ -607,7 +607,7 @@ class Orchestrator:
                 document = self._claimed(conn, command_id, worker_id, rows)
         if refusal is not None:
             raise refusal  # after the commit: a command of an ended execution stays cancelled
-        self.relay.publish_rows(rows)
+        self.relay.hand_off(rows)
         return document
 
     def _claimed(self, conn: Connection, command_id: int, worker_id: str, outbox: list[OutboxRow]) -> dict[str, Any]:
@@ -801,7 +801,7 @@ class Orchestrator:
             patch = [op.model_dump() for op in body.ctx_patch]
             self._terminate(conn, turn, cmd, body.status, body.result, body.error, patch, body.worker_id)
             rows = self.write(conn, turn)
-        self.relay.publish_rows(rows)
+        self.relay.hand_off(rows)
         return {"accepted": True, "duplicate": False, "execution_status": state.status}
 
     def _execution_of(self, conn: Connection, command_id: int) -> int:
@@ -935,7 +935,7 @@ class Orchestrator:
                     self._terminate(conn, turn, cmd, "error", None, error, [], cmd.worker_id)
                     rows += self.write(conn, turn)
                     counts["failed"] += 1
-        self.relay.publish_rows(rows)
+        self.relay.hand_off(rows)
         counts["renotified"] = self.renotify(limit)
         return counts
 

@@ -1,25 +1,39 @@
 """The outbox relay: publishes outbox rows after their transaction committed.
 
-Two kinds of rows: command notifications (``noetl-commands-<pool>``) and the mirror of every
-event (``noetl-events``, ordering key = execution id, attributes ``event_type``, ``tenant_id``,
-``organization_id``). A writer hands the rows it just committed to :meth:`OutboxRelay.publish_rows`;
-rows whose publish fails stay ``pending`` with an exponential back-off (2, 4, ... 256 s, at most
-300 s), and :meth:`OutboxRelay.sweep` (a scheduled endpoint) publishes whatever a crashed or failed
-writer left on both kinds of topic: rows still ``pending`` after a grace period, and rows stuck
-``in_flight`` past their lease. A message may so be published twice (a crash between publish and
-mark); every consumer is idempotent (claims, dedup, the projector's tracking position).
+Two kinds of rows: command notifications (``noetl-commands-<pool>``) and the mirror of the events
+(``noetl-events``, ordering key = execution id, attributes ``event_type``, ``tenant_id``,
+``organization_id``). A writer hands the rows it just committed to :meth:`OutboxRelay.hand_off`,
+after its commit and before it answers. With ``background`` on (every role that serves requests),
+a daemon thread of the process publishes them, many requests' rows in one ``Publish`` per topic,
+and marks them published, so no request waits on Pub/Sub; the queue is bounded (``max_queued``
+rows), and rows it cannot take are simply left ``pending``. Rows whose publish fails stay
+``pending`` with an exponential back-off (2, 4, ... 256 s, at most 300 s), and
+:meth:`OutboxRelay.sweep` publishes whatever a crashed or failed writer left on both kinds of
+topic: rows still ``pending`` after a grace period, and rows stuck ``in_flight`` past their lease.
+The sweep runs from the relay's own thread every ``sweep_every_s`` (so a process that died between
+its commit and its publish is covered by any live one within grace + interval) and from the
+scheduled endpoint. A message may so be published twice (a crash between publish and mark); every
+consumer is idempotent (claims, dedup, the projector's tracking position).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import queue
+import threading
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine, TextClause, text
 
 from noetl_cloud.envelope import canonical_json
 from noetl_cloud.messaging.port import OutboundMessage, Publisher
+from noetl_cloud.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +81,131 @@ _CLAIM_COMMANDS = _claim("topic LIKE :pattern")
 _CLAIM_EVENTS = _claim("topic NOT LIKE :pattern")
 
 
+@dataclass
+class RelayStats:
+    """What this process's relay did: rows handed off, published, left to the sweep, and the delay
+    from hand-off (just after the commit) to the end of the publish, in milliseconds."""
+
+    handed_off: int = 0
+    published: int = 0
+    left_for_sweep: int = 0
+    swept: int = 0
+    lag_ms_last: float = 0.0
+    lag_ms_max: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+
 class OutboxRelay:
-    def __init__(self, engine: Engine, publisher: Publisher) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        publisher: Publisher,
+        *,
+        background: bool = False,
+        max_queued: int = 20_000,
+        sweep_every_s: float = 0.0,
+        topic_prefix: str = "noetl-commands-",
+    ) -> None:
         self.engine = engine
         self.publisher = publisher
+        self.background = background
+        self.max_queued = max_queued
+        self.sweep_every_s = sweep_every_s
+        self.topic_prefix = topic_prefix
+        self.stats = RelayStats()
+        self._queue: queue.Queue[tuple[float, Sequence[OutboxRow]]] = queue.Queue()
+        self._queued_rows = 0
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid: int | None = None
+
+    def hand_off(self, rows: Sequence[OutboxRow]) -> None:
+        """Publish rows a writer just committed: in the background when the relay has a thread (the
+        call returns at once), else now. Rows a full queue cannot take stay ``pending`` for the sweep."""
+        if not rows:
+            return
+        if not self.background:
+            self.publish_rows(rows)
+            return
+        with self._lock:
+            self._start()
+            self.stats.handed_off += len(rows)
+            if self._queued_rows + len(rows) > self.max_queued:
+                self.stats.left_for_sweep += len(rows)
+                return
+            self._queued_rows += len(rows)
+        self._queue.put((time.monotonic(), rows))
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every row handed off so far is published (or left pending); true when done."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return not self._queue.unfinished_tasks
+
+    def _start(self) -> None:
+        """Start this process's relay thread once (again in a forked child: threads do not survive fork)."""
+        if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
+            return
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name="outbox-relay", daemon=True)
+        self._thread.start()
+
+    def start(self) -> None:
+        """Start the relay thread now (a role that should sweep before its first request calls this)."""
+        if self.background:
+            with self._lock:
+                self._start()
+
+    def _run(self) -> None:
+        next_sweep = time.monotonic() + self.sweep_every_s
+        while True:
+            wait = max(0.0, next_sweep - time.monotonic()) if self.sweep_every_s > 0 else None
+            try:
+                batches = [self._queue.get(timeout=wait)]
+            except queue.Empty:
+                batches = []
+            while True:
+                try:
+                    batches.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if batches:
+                self._publish_batches(batches)
+            if self.sweep_every_s > 0 and time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + self.sweep_every_s
+                self._sweep_quietly()
+
+    def _publish_batches(self, batches: list[tuple[float, Sequence[OutboxRow]]]) -> None:
+        rows = sorted((r for _t, b in batches for r in b), key=lambda r: r.outbox_id)
+        try:
+            published = self.publish_rows(rows)
+        except Exception:  # the rows stay pending; the sweep publishes them
+            log.warning("publishing outbox rows failed; the outbox sweep publishes them", exc_info=True)
+            published = 0
+        done = time.monotonic()
+        with self._lock:
+            self._queued_rows -= len(rows)
+            s = self.stats
+            s.published += published
+            s.left_for_sweep += len(rows) - published
+            s.lag_ms_last = (done - max(t for t, _b in batches)) * 1000
+            s.lag_ms_max = max(s.lag_ms_max, (done - min(t for t, _b in batches)) * 1000)
+        for _ in batches:
+            self._queue.task_done()
+
+    def _sweep_quietly(self) -> None:
+        try:
+            counts = self.sweep(topic_prefix=self.topic_prefix)
+        except Exception:  # the next interval (or the scheduled sweep) tries again
+            log.warning("the relay's outbox sweep failed", exc_info=True)
+            return
+        with self._lock:
+            self.stats.swept += counts["published"] + counts["events_published"]
 
     def publish_rows(self, rows: Sequence[OutboxRow]) -> int:
         """Publish committed rows and record the outcome; the number published."""
@@ -112,6 +247,17 @@ class OutboxRelay:
             ]
         claimed.sort(key=lambda row: row.outbox_id)  # one execution's events publish in log order
         return len(claimed), self.publish_rows(claimed)
+
+
+def relay_for(engine: Engine, publisher: Publisher, settings: Settings) -> OutboxRelay:
+    """The relay a role that writes outbox rows runs, as its settings say."""
+    return OutboxRelay(
+        engine,
+        publisher,
+        background=settings.outbox_publish == "background",
+        sweep_every_s=settings.outbox_sweep_every_s,
+        topic_prefix=settings.command_topic_prefix,
+    )
 
 
 def like_prefix(prefix: str) -> str:

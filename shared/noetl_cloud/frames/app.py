@@ -27,7 +27,7 @@ from noetl_cloud.auth.internal import InternalAuth, install
 from noetl_cloud.db.engine import create_db_engine
 from noetl_cloud.envelope import EventFactory
 from noetl_cloud.eventlog.postgres import PostgresEventStore
-from noetl_cloud.eventlog.relay import OutboxRelay
+from noetl_cloud.eventlog.relay import relay_for
 from noetl_cloud.frames.models import BatchCommitRequest, ClaimRequest, CommitRequest, HeartbeatRequest
 from noetl_cloud.frames.service import FrameService
 from noetl_cloud.ids import SnowflakeGenerator
@@ -77,11 +77,10 @@ class FramesPlane:
         return FrameService(
             self.engine,
             PostgresEventStore(self.engine, events_topic=self.settings.events_topic),
-            OutboxRelay(self.engine, self.publisher),
+            relay_for(self.engine, self.publisher, self.settings),
             self.ids,
             self.events,
             reaper_limit=self.settings.frame_reaper_limit,
-            publish_in_background=True,
         )
 
 

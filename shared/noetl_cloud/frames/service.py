@@ -22,10 +22,6 @@ published after the commit. Idempotency keys are ``<tenant>/<org>/<execution>/fr
 
 from __future__ import annotations
 
-import logging
-import queue
-import threading
-import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -49,8 +45,6 @@ from noetl_cloud.frames.models import (
 )
 from noetl_cloud.frames.policy import FramePolicy
 from noetl_cloud.ids import SnowflakeGenerator
-
-log = logging.getLogger(__name__)
 
 OPEN = ("PENDING", "CLAIMED", "RUNNING")
 TERMINAL = ("COMMITTED", "FAILED")
@@ -123,7 +117,6 @@ class FrameService:
         events: EventFactory,
         *,
         reaper_limit: int = 1000,
-        publish_in_background: bool = False,
     ) -> None:
         self.engine = engine
         self.store = store
@@ -131,9 +124,6 @@ class FrameService:
         self.ids = ids
         self.events = events
         self.reaper_limit = reaper_limit
-        # The Pub/Sub client holds each publish up to its batch latency: off the request path, rows of
-        # many requests go out together.
-        self._background = _BackgroundPublisher(relay) if publish_in_background and relay is not None else None
 
     @property
     def tenant(self) -> tuple[str, str]:
@@ -186,18 +176,14 @@ class FrameService:
         self.store.append_many_in(conn, list(streams.items()), outbox=outbox)
 
     def _publish(self, rows: list[OutboxRow]) -> None:
-        """Publish committed outbox rows: at once, or handed to the background publisher (a failed or
-        lost publish leaves the rows pending for the outbox sweep either way)."""
-        if self.relay is None or not rows:
-            return
-        if self._background is None:
-            self.relay.publish_rows(rows)
-        else:
-            self._background.put(rows)
+        """Hand committed outbox rows to the relay (a failed or lost publish leaves them pending for the
+        outbox sweep)."""
+        if self.relay is not None:
+            self.relay.hand_off(rows)
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until the background publisher has published what it was handed; true when it has."""
-        return self._background is None or self._background.flush(timeout)
+        """Wait until the relay has published what it was handed; true when it has."""
+        return self.relay is None or self.relay.flush(timeout)
 
     # -- stages ---------------------------------------------------------------------------------
 
@@ -1076,42 +1062,3 @@ def stage_row(
         "frame_policy": policy.model_dump(mode="json"),
         "frame_limit": frame_limit,
     }
-
-
-class _BackgroundPublisher:
-    """One daemon thread publishing the outbox rows handed to it, many requests' rows per batch."""
-
-    def __init__(self, relay: OutboxRelay) -> None:
-        self.relay = relay
-        self._queue: queue.Queue[list[OutboxRow]] = queue.Queue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def put(self, rows: list[OutboxRow]) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="frames-outbox", daemon=True)
-                self._thread.start()
-        self._queue.put(rows)
-
-    def flush(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self._queue.unfinished_tasks and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return not self._queue.unfinished_tasks
-
-    def _run(self) -> None:
-        while True:
-            batches = [self._queue.get()]
-            while True:
-                try:
-                    batches.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            try:
-                self.relay.publish_rows(sorted((r for b in batches for r in b), key=lambda r: r.outbox_id))
-            except Exception:
-                log.warning("publishing frame events failed; the outbox sweep publishes them", exc_info=True)
-            finally:
-                for _ in batches:
-                    self._queue.task_done()
