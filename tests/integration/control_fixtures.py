@@ -90,6 +90,10 @@ def make_settings(database_url: str, env: dict[str, str], prefix: str, **overrid
         "db_pool_size": 10,
         "db_max_overflow": 20,
         "role": "execute",
+        # These tests read the outbox right after a request: publish inside it, and no periodic sweep
+        # (the background relay has tests of its own: test_outbox_relay.py).
+        "outbox_publish": "inline",
+        "outbox_sweep_every_s": 0,
     }
     values.update(overrides)
     return Settings(**values)
@@ -142,6 +146,7 @@ def topics(control_settings: Settings) -> Iterator[Topics]:
 def plane(control_settings: Settings) -> Iterator[ControlPlane]:
     plane = ControlPlane(control_settings, env={"NOETL_SECRET_GH_WEBHOOK": "s3cret-value"})
     yield plane
+    plane.relay.close()
     plane.engine.dispose()
 
 

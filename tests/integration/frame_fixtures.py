@@ -109,11 +109,13 @@ def frames(database_url: str) -> Iterator[Frames]:
         internal_api_token=SecretStr(TOKEN),
         db_pool_size=12,
         db_max_overflow=12,
+        outbox_sweep_every_s=0,
     )
     publisher = InMemoryPublisher()
     plane = FramesPlane(settings, publisher_override=publisher)
     yield Frames(plane, publisher)
     plane.service.flush()
+    plane.service.relay.close()  # type: ignore[union-attr]
     plane.engine.dispose()
 
 

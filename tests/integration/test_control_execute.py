@@ -197,7 +197,7 @@ def test_a_crash_between_insert_and_commit_leaves_neither_execution_nor_key(
     def crash(*_args: Any, **_kwargs: Any) -> None:
         raise RuntimeError("injected crash after the execution row and the dedup key were written")
 
-    monkeypatch.setattr(plane.store, "append_new_streams_in", crash)
+    monkeypatch.setattr(plane.store, "append_new_streams_to", crash)
     assert ready.post("/api/execute", json=request).status_code == 500
     assert count(plane, execution) == 0 and count(plane, subscription_dedup) == 0
     assert count(plane, event, event.c.event_type.in_(["playbook.started", "command.issued"])) == 0

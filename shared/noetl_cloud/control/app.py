@@ -86,6 +86,9 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         # caller that PostgreSQL refuses: a 400, and neither the value nor the statement is echoed.
         if _sqlstate(exc).startswith("22"):
             return error_response(400, "invalid_value", "a value in the request cannot be stored (NUL or out of range)")
+        if exc.connection_invalidated:  # the server went away under a pooled connection: retryable
+            log.warning("database connection lost", exc_info=exc)
+            return error_response(503, "database_unavailable", "the database connection was lost; retry")
         log.error("database error", exc_info=exc)
         return error_response(500, "internal_error", "internal error")
 

@@ -7,10 +7,18 @@ compare-and-set that keeps two concurrent registrations from taking one number).
 
 A subscription is checked against the rest of the deployment when it is registered, never later:
 its playbooks must be registered, its pools configured, its gateway path its own.
+
+Entries are immutable, so the execute path reads them through :class:`CatalogCache`: an entry is
+cached by its id and by ``(path, version)`` for good; "the latest version of a path" is cached too,
+but a writer that relied on it checks it inside its own write statement (:meth:`CatalogCache.guard`),
+so a version registered before the request, by any process, is never missed.
 """
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -73,6 +81,64 @@ class PlaybookNotFound(NotFound):
     code = "playbook_not_found"
 
 
+CatalogKey = tuple[str | None, int | None, str | None]  # (path, version, catalog_id) of a request
+
+
+class CatalogCache:
+    """Catalog entries of one process, by id and by ``(path, version)``; the latest version of a path
+    as last seen. Bounded: cleared whole past ``limit`` entries. Safe to share between threads."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.limit = limit
+        self._by_id: dict[int, CatalogEntry] = {}
+        self._by_version: dict[tuple[str, int], CatalogEntry] = {}
+        self._latest: dict[str, CatalogEntry] = {}
+        self._lock = threading.Lock()
+
+    def lookup(self, key: CatalogKey) -> CatalogEntry | None:
+        path, version, catalog_id = key
+        with self._lock:
+            if catalog_id is not None:
+                return self._by_id.get(int(catalog_id))
+            assert path is not None
+            return self._by_version.get((path, version)) if version else self._latest.get(path)
+
+    def remember(self, entry: CatalogEntry, *, latest: bool) -> None:
+        with self._lock:
+            if len(self._by_id) >= self.limit:
+                self._by_id.clear()
+                self._by_version.clear()
+                self._latest.clear()
+            self._by_id[int(entry.catalog_id)] = entry
+            self._by_version[(entry.path, entry.version)] = entry
+            current = self._latest.get(entry.path)
+            if latest and (current is None or current.version <= entry.version):
+                self._latest[entry.path] = entry
+
+    def forget_latest(self, paths: Iterable[str]) -> None:
+        with self._lock:
+            for path in paths:
+                self._latest.pop(path, None)
+
+    @staticmethod
+    def guard(latest: Iterable[CatalogEntry], tenant_id: str, organization_id: str) -> tuple[str, dict[str, Any]]:
+        """A SQL boolean (with its parameters) that is true only while each entry is still the latest
+        version of its path: the check a write statement makes before it writes anything."""
+        pairs = sorted({(e.path, e.version) for e in latest})
+        if not pairs:
+            return "TRUE", {}
+        return (
+            "NOT EXISTS (SELECT 1 FROM jsonb_to_recordset(CAST(:g_latest AS jsonb)) AS x(path text, version int) "
+            "WHERE (SELECT max(c.version) FROM catalog c WHERE c.tenant_id = :g_t AND c.organization_id = :g_o "
+            "AND c.path = x.path) IS DISTINCT FROM x.version)",
+            {
+                "g_latest": json.dumps([{"path": p, "version": v} for p, v in pairs]),
+                "g_t": tenant_id,
+                "g_o": organization_id,
+            },
+        )
+
+
 class CatalogService:
     def __init__(
         self,
@@ -92,6 +158,7 @@ class CatalogService:
         self.tenant_id = tenant_id
         self.organization_id = organization_id
         self.pools = pools
+        self.cache = CatalogCache()
 
     def _scope(self) -> Any:
         return and_(catalog.c.tenant_id == self.tenant_id, catalog.c.organization_id == self.organization_id)
@@ -134,6 +201,7 @@ class CatalogService:
                 self._check_subscription(conn, document)
             version = (latest.version if latest is not None else 0) + 1
             entry = self._insert(conn, document, content, digest, version, gateway_path)
+        self.cache.remember(entry, latest=True)
         return entry, True
 
     @staticmethod
@@ -235,21 +303,38 @@ class CatalogService:
     # -- read ---------------------------------------------------------------------------------
 
     def get(self, path: str, version: int | None = None) -> CatalogEntry:
-        query = select(catalog).where(self._scope(), catalog.c.path == path)
-        query = query.where(catalog.c.version == version) if version else query.order_by(catalog.c.version.desc())
         with self.engine.connect() as conn:
-            row = conn.execute(query.limit(1)).first()
-        if row is None:
-            suffix = f" version {version}" if version else ""
-            raise NotFound(f"no catalog entry {path}{suffix}", code="catalog_not_found")
-        return _entry(row)
+            return self.read(conn, (path, version, None))
 
     def get_by_id(self, catalog_id: int) -> CatalogEntry:
         with self.engine.connect() as conn:
-            row = conn.execute(select(catalog).where(self._scope(), catalog.c.catalog_id == catalog_id)).first()
+            return self.read(conn, (None, None, str(catalog_id)))
+
+    def read(self, conn: Connection, key: CatalogKey) -> CatalogEntry:
+        """The entry ``key`` names (by id, by path and version, or the latest of a path), read on
+        ``conn``, and remembered in :attr:`cache`; :class:`NotFound` (``catalog_not_found``)."""
+        path, version, catalog_id = key
+        query = select(catalog).where(self._scope())
+        if catalog_id is not None:
+            query = query.where(catalog.c.catalog_id == int(catalog_id))
+        else:
+            query = query.where(catalog.c.path == path)
+            query = query.where(catalog.c.version == version) if version else query.order_by(catalog.c.version.desc())
+        row = conn.execute(query.limit(1)).first()
         if row is None:
-            raise NotFound(f"no catalog entry {catalog_id}", code="catalog_not_found")
-        return _entry(row)
+            what = catalog_id if catalog_id is not None else f"{path}{f' version {version}' if version else ''}"
+            raise NotFound(f"no catalog entry {what}", code="catalog_not_found")
+        entry = _entry(row)
+        self.cache.remember(entry, latest=catalog_id is None and not version)
+        return entry
+
+    def resolve(self, conn: Connection, key: CatalogKey) -> tuple[CatalogEntry, bool]:
+        """The entry ``key`` names, from the cache when it holds it (no round trip), else read on
+        ``conn``; and whether it was a cached "latest" that the caller's write must guard."""
+        cached = self.cache.lookup(key)
+        if cached is not None:
+            return cached, key[2] is None and not key[1]
+        return self.read(conn, key), False
 
     def list(self, kind: str | None = None) -> list[CatalogEntry]:
         """The latest version of every path (optionally of one kind)."""

@@ -21,15 +21,15 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, func, select, text
 
-from noetl_cloud.control.catalog import CatalogEntry, CatalogService
+from noetl_cloud.control.catalog import CatalogCache, CatalogEntry, CatalogKey, CatalogService
 from noetl_cloud.control.models import ExecuteRequest, ItemResult
 from noetl_cloud.control.orchestrator import ExecState, Orchestrator, Turn
-from noetl_cloud.db.bulk import insert_rows
+from noetl_cloud.db.bulk import InsertBatch
 from noetl_cloud.db.schema import event, execution
 from noetl_cloud.engine.runner import merge_workload
 from noetl_cloud.envelope import EventEnvelope, EventFactory, utc_now
 from noetl_cloud.errors import Conflict, NoetlError, NotFound, ValidationFailed
-from noetl_cloud.eventlog.postgres import PostgresEventStore
+from noetl_cloud.eventlog.postgres import PostgresEventStore, run_batch
 from noetl_cloud.eventlog.relay import OutboxRelay, OutboxRow
 from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.observability import TraceContext
@@ -64,6 +64,14 @@ def entry_step(document: dict[str, Any]) -> str:
 
 def _error(index: int, exc: NoetlError) -> ItemResult:
     return ItemResult.failed(index, exc)
+
+
+class _StaleCatalog(Exception):  # a signal between two methods, never raised to a caller
+    """A cached "latest version" was not the latest any more when the write statement ran."""
+
+    def __init__(self, paths: set[str]) -> None:
+        super().__init__(sorted(paths))
+        self.paths = paths
 
 
 class ExecutionService:
@@ -122,28 +130,36 @@ class ExecutionService:
         return results
 
     def start_many(self, requests: Sequence[ExecuteRequest]) -> list[ItemResult]:
+        """Start ``requests`` in one transaction: their playbooks resolved through the catalog cache, the
+        dedup keys claimed, and every row of every new execution written by one statement, which first
+        checks that each cached "latest version" is still the latest (else it writes nothing, and the
+        transaction is tried again with the entries read afresh)."""
+        try:
+            return self._start(requests, use_cache=True)
+        except _StaleCatalog as stale:
+            self.catalog.cache.forget_latest(stale.paths)
+        return self._start(requests, use_cache=False)
+
+    def _start(self, requests: Sequence[ExecuteRequest], *, use_cache: bool) -> list[ItemResult]:
         results: list[ItemResult | None] = [None] * len(requests)
         plans: list[_Plan] = []
-        # Playbooks are looked up before the transaction opens: a request never holds two pooled
-        # connections at once, so request threads cannot starve the pool waiting on each other.
-        entries: dict[tuple[str | None, int | None, str | None], CatalogEntry | NoetlError] = {}
-        for request in requests:
-            key = (request.path, request.version, request.catalog_id)
-            if key not in entries:
-                try:
-                    entries[key] = self._resolve(request)
-                except NoetlError as exc:
-                    entries[key] = exc
+        rows: list[OutboxRow] = []  # published after the commit: events, then command notifications
         with self.engine.begin() as conn:
+            entries, guarded = self._resolve_all(conn, requests, use_cache)
             parents = self._parents(conn, requests)
             for index, request in enumerate(requests):
                 try:
                     plans.append(self._plan(index, request, entries, parents))
                 except NoetlError as exc:
                     results[index] = _error(index, exc)
-            rows: list[OutboxRow] = []  # published after the commit: events, then command notifications
             plans = self._claim_dedup(conn, plans, results, rows)
-            rows += self._write(conn, plans) if plans else []
+            batch = InsertBatch()
+            if plans:
+                self._write(conn, batch, plans, rows)
+            used = [e for e in guarded if any(p.entry is e for p in plans)]
+            guard, params = CatalogCache.guard(used, *self.tenant)
+            if not run_batch(conn, batch, guard=guard, params=params):
+                raise _StaleCatalog({e.path for e in used})
         for plan in plans:
             results[plan.index] = ItemResult(
                 index=plan.index, status="started", execution_id=str(plan.execution_id), execution_pool=plan.pool
@@ -151,24 +167,36 @@ class ExecutionService:
         self.relay.hand_off(rows)
         return [r for r in results if r is not None]
 
-    def _resolve(self, request: ExecuteRequest) -> CatalogEntry:
-        if request.catalog_id is not None:
-            entry = self.catalog.get_by_id(int(request.catalog_id))
-        else:
-            assert request.path is not None
+    def _resolve_all(
+        self, conn: Connection, requests: Sequence[ExecuteRequest], use_cache: bool
+    ) -> tuple[dict[CatalogKey, CatalogEntry | NoetlError], list[CatalogEntry]]:
+        """The playbook each distinct catalog key names (or its error), and the cached "latest" entries
+        the write must guard (read from the database when ``use_cache`` is off)."""
+        entries: dict[CatalogKey, CatalogEntry | NoetlError] = {}
+        guarded: list[CatalogEntry] = []
+        for request in requests:
+            key = (request.path, request.version, request.catalog_id)
+            if key in entries:
+                continue
             try:
-                entry = self.catalog.get(request.path, request.version)
+                entry, guard = self.catalog.resolve(conn, key) if use_cache else (self.catalog.read(conn, key), False)
             except NotFound as exc:
-                raise NotFound(exc.message, code="playbook_not_found") from None
-        if entry.kind != "Playbook":
-            raise ValidationFailed(f"{entry.path} is a {entry.kind}, not a Playbook", code="not_a_playbook")
-        return entry
+                entries[key] = NotFound(exc.message, code="playbook_not_found") if key[2] is None else exc
+                continue
+            if entry.kind != "Playbook":
+                message = f"{entry.path} is a {entry.kind}, not a Playbook"
+                entries[key] = ValidationFailed(message, code="not_a_playbook")
+                continue
+            entries[key] = entry
+            if guard:
+                guarded.append(entry)
+        return entries, guarded
 
     def _plan(
         self,
         index: int,
         request: ExecuteRequest,
-        entries: dict[tuple[str | None, int | None, str | None], CatalogEntry | NoetlError],
+        entries: dict[CatalogKey, CatalogEntry | NoetlError],
         parents: dict[int, tuple[dict[str, str] | None, str]],
     ) -> _Plan:
         entry = entries[(request.path, request.version, request.catalog_id)]
@@ -308,9 +336,10 @@ class ExecutionService:
 
     # -- the writes ---------------------------------------------------------------------------
 
-    def _write(self, conn: Connection, plans: list[_Plan]) -> list[OutboxRow]:
+    def _write(self, conn: Connection, batch: InsertBatch, plans: list[_Plan], outbox: list[OutboxRow]) -> None:
         """The first turn of each new execution: ``playbook.started``, then the entry token's admission,
-        ``step.started`` and its commands (or an immediate end), written in bulk."""
+        ``step.started`` and its commands (or an immediate end), as parts of ``batch``; the outbox rows
+        written go to ``outbox`` when it has run (events first, then command notifications)."""
         tenant, org = self.tenant
         execution_rows: list[dict[str, Any]] = []
         turns: list[Turn] = []
@@ -373,10 +402,9 @@ class ExecutionService:
                     "ended_at": utc_now() if state.ended else None,
                 }
             )
-        insert_rows(conn, execution, execution_rows)
-        event_rows: list[OutboxRow] = []
-        self.store.append_new_streams_in(conn, [(turn.stream, turn.events) for turn in turns], outbox=event_rows)
-        return event_rows + self.orchestrator.write_rows(conn, turns)
+        batch.insert(execution, execution_rows)
+        self.store.append_new_streams_to(conn, batch, [(turn.stream, turn.events) for turn in turns], outbox=outbox)
+        self.orchestrator.write_rows_to(batch, turns, outbox)
 
     def reclaim_dedup(self, limit: int = 10_000) -> int:
         """Delete dedup keys whose window has passed (a late duplicate then starts a new execution)."""

@@ -28,8 +28,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection, Engine, text
 
-from noetl_cloud.db.bulk import insert_rows
-from noetl_cloud.db.schema import command, loop_run, outbox, stage
+from noetl_cloud.db.bulk import InsertBatch
+from noetl_cloud.db.schema import command, loop_run, stage
+from noetl_cloud.db.schema import outbox as outbox_table
 from noetl_cloud.engine.model import StepPlan, compile_playbook
 from noetl_cloud.engine.routing import SUCCESS_EVENTS, admit, collection, route, template_error
 from noetl_cloud.engine.templates import Renderer, TemplateFailure, build_scope
@@ -555,22 +556,24 @@ class Orchestrator:
         return event_rows + self.write_rows(conn, [turn])
 
     def write_rows(self, conn: Connection, turns: Sequence[Turn]) -> list[OutboxRow]:
-        """Insert the new loop runs, commands and notification outbox rows of ``turns`` in bulk."""
-        loops = [loop for turn in turns for loop in turn.new_loops.values()]
-        commands = [row for turn in turns for row in turn.commands]
+        """Insert the new loop runs, commands and notification outbox rows of ``turns`` in one statement."""
+        batch, rows = InsertBatch(), list[OutboxRow]()
+        self.write_rows_to(batch, turns, rows)
+        batch.execute(conn)
+        return rows
+
+    @staticmethod
+    def write_rows_to(batch: InsertBatch, turns: Sequence[Turn], outbox: list[OutboxRow]) -> None:
+        """The new stages, loop runs, commands and notification outbox rows of ``turns`` as parts of
+        ``batch``; the notification rows written go to ``outbox`` when it has run."""
+        batch.insert(stage, [row for turn in turns for row in turn.new_stages])
+        batch.insert(loop_run, [loop for turn in turns for loop in turn.new_loops.values()])
+        batch.insert(command, [row for turn in turns for row in turn.commands])
         notes = [row for turn in turns for row in turn.notes]
-        stages = [row for turn in turns for row in turn.new_stages]
-        if stages:
-            insert_rows(conn, stage, stages)
-        if loops:
-            insert_rows(conn, loop_run, loops)
-        if commands:
-            insert_rows(conn, command, commands)
-        if not notes:
-            return []
-        returned = insert_rows(conn, outbox, notes, suffix="RETURNING outbox_id, topic, data, attributes, ordering_key")
-        assert returned is not None
-        return [OutboxRow(r.outbox_id, r.topic, r.data, r.attributes, r.ordering_key) for r in returned]
+        written = batch.insert(
+            outbox_table, notes, returning=("outbox_id", "topic", "data", "attributes", "ordering_key")
+        )
+        batch.after(lambda: outbox.extend(OutboxRow(*r) for r in written.returned))
 
     @staticmethod
     def _open_commands(conn: Connection, execution_id: str) -> int:

@@ -15,7 +15,7 @@ nested JSON.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -53,4 +53,117 @@ def insert_rows(
     if not rows:
         return None
     statement = _statement(table, tuple(rows[0]), suffix)
-    return conn.execute(statement, {"rows": json.dumps(rows, default=_default, separators=(",", ":"))})
+    return conn.execute(statement, {"rows": _rows_json(rows)})
+
+
+def _rows_json(rows: Sequence[dict[str, Any]]) -> str:
+    return json.dumps(rows, default=_default, separators=(",", ":"))
+
+
+class Part:
+    """One INSERT of an :class:`InsertBatch`; after the batch ran, ``returned`` holds its RETURNING rows."""
+
+    def __init__(
+        self,
+        table: Table,
+        rows: Sequence[dict[str, Any]],
+        suffix: str,
+        returning: tuple[str, ...],
+        only_with: tuple[Part, str] | None,
+    ) -> None:
+        self.table = table
+        self.rows = rows
+        self.suffix = suffix
+        self.returning = returning
+        self.only_with = only_with
+        self.returned: list[list[Any]] = []
+
+
+_Shape = tuple[Table, tuple[str, ...], str, tuple[str, ...], tuple[int, str] | None]
+
+
+class InsertBatch:
+    """Many tables' inserts of one transaction as one statement: one round trip, not one per table.
+
+    Each part is an ``INSERT ... SELECT ... FROM jsonb_to_recordset(...)`` in a data-modifying CTE;
+    PostgreSQL runs every part to completion, all on one snapshot, and checks foreign keys at the end
+    of the statement, so a part may reference rows another part inserts. An optional ``guard`` (a SQL
+    boolean of the caller's code) is evaluated once, first: when it is false no part inserts anything
+    and :meth:`execute` answers false, so the caller can refresh what it assumed and try again.
+    Checks registered with :meth:`after` run once the statement has, in order (they raise on a
+    conflict, and the caller's transaction is rolled back).
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[Part] = []
+        self._after: list[Callable[[], None]] = []
+
+    def insert(
+        self,
+        table: Table,
+        rows: Sequence[dict[str, Any]],
+        *,
+        suffix: str = "",
+        returning: tuple[str, ...] = (),
+        only_with: tuple[Part, str] | None = None,
+    ) -> Part:
+        """Add an insert of ``rows`` (all with the same keys); ``suffix`` (``ON CONFLICT ...``) is a
+        constant of the caller's code, never data. An empty ``rows`` adds nothing.
+
+        ``only_with=(part, column)``: insert only the rows whose ``column`` the earlier ``part`` returned
+        (so the outbox rows of events an ``ON CONFLICT DO NOTHING`` skipped are skipped too).
+        """
+        part = Part(table, rows, suffix, returning, only_with)
+        if rows:
+            self.parts.append(part)
+        return part
+
+    def after(self, check: Callable[[], None]) -> None:
+        """Run ``check`` after the statement (it reads the parts' ``returned``)."""
+        self._after.append(check)
+
+    def execute(self, conn: Connection, *, guard: str = "TRUE", params: dict[str, Any] | None = None) -> bool:
+        """Run every part in one statement; false (and nothing written) when ``guard`` was false."""
+        if self.parts:
+            shape = tuple(self._shape(p) for p in self.parts)
+            values = {f"r{i}": _rows_json(p.rows) for i, p in enumerate(self.parts)}
+            row = conn.execute(_batch_statement(shape, guard), {**values, **(params or {})}).one()
+            if not row[0]:
+                return False
+            for part, returned in zip(self.parts, row[1:], strict=True):
+                part.returned = returned or []
+        elif guard != "TRUE" and not conn.execute(text(f"SELECT {guard}"), params or {}).scalar():
+            return False
+        for check in self._after:
+            check()
+        return True
+
+    def _shape(self, part: Part) -> _Shape:
+        depends = None
+        if part.only_with is not None:
+            depends = (self.parts.index(part.only_with[0]), part.only_with[1])
+        return (part.table, tuple(part.rows[0]), part.suffix, part.returning, depends)
+
+
+@lru_cache(maxsize=256)
+def _batch_statement(shape: tuple[_Shape, ...], guard: str) -> Any:
+    ctes = [f"g AS (SELECT ({guard}) AS ok)"]
+    outputs = ["(SELECT ok FROM g)"]
+    for i, (table, columns, suffix, returning, depends) in enumerate(shape):
+        names = ", ".join(f'"{c}"' for c in columns)
+        types = ", ".join(f'"{c}" {table.c[c].type.compile(dialect=_DIALECT)}' for c in columns)
+        condition = "(SELECT ok FROM g)"
+        if depends is not None:
+            condition += f' AND r."{depends[1]}" IN (SELECT "{depends[1]}" FROM w{depends[0]})'
+        back = ", ".join(f'"{c}"' for c in returning) if returning else "1"
+        ctes.append(
+            f'w{i} AS (INSERT INTO "{table.name}" ({names}) '
+            f"SELECT {names} FROM jsonb_to_recordset(CAST(:r{i} AS jsonb)) AS r({types}) "
+            f"WHERE {condition} {suffix} RETURNING {back})"
+        )
+        if returning:
+            row = ", ".join(f'w{i}."{c}"' for c in returning)
+            outputs.append(f"(SELECT jsonb_agg(jsonb_build_array({row})) FROM w{i})")
+        else:
+            outputs.append("NULL")
+    return text(f"WITH {', '.join(ctes)} SELECT {', '.join(outputs)}")

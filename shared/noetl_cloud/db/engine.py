@@ -12,17 +12,26 @@ pg8000 runs a statement with parameters as an unnamed statement in three round t
 describe, then bind and execute), parsing it again every time; :func:`prepare_statements` keeps
 named server-side statements per connection instead, so a statement seen before costs one round
 trip (``NOETL_DB_PREPARED_STATEMENTS``, on by default).
+
+No ping on every checkout: SQLAlchemy's ``pool_pre_ping`` costs a round trip per request, a third
+of a hot request's. :func:`ping_when_idle` pings only a connection that sat in the pool longer than
+``IDLE_PING_S`` (where a restarted server or a dropped NAT entry would have killed it); a busy
+connection is used as it is, and one that died under load fails its statement: SQLAlchemy then
+invalidates the pool's older connections, and the roles answer 503 (``database_unavailable``) so
+the caller retries.
 """
 
 from __future__ import annotations
 
 import socket
+import time
 from collections import OrderedDict
 from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 
 from noetl_cloud.errors import ConfigError
 from noetl_cloud.settings import Settings
@@ -132,6 +141,30 @@ def enable_prepared_statements(dbapi_connection: Any) -> None:
     dbapi_connection._noetl_statements = OrderedDict()
 
 
+IDLE_PING_S = 10.0
+
+
+def ping_when_idle(engine: Engine, idle_s: float = IDLE_PING_S) -> None:
+    """Ping a pooled connection at checkout only when it has been idle more than ``idle_s`` seconds;
+    a dead one is replaced (the pool retries the checkout on :class:`DisconnectionError`)."""
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(_dbapi_connection: Any, record: Any) -> None:
+        record.info["noetl_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("noetl_idle_since")
+        if since is None or time.monotonic() - since < idle_s:
+            return
+        try:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("SELECT 1")
+            cursor.close()
+        except Exception as exc:  # any failure of a ping means the connection is gone
+            raise DisconnectionError("an idle pooled connection was dead") from exc
+
+
 def normalize_url(url: str) -> str:
     """Accept ``postgresql://`` and ``postgres://`` DSNs and pin the pg8000 driver."""
     parsed = make_url(url)
@@ -150,7 +183,7 @@ def create_db_engine(settings: Settings, **overrides: Any) -> Engine:
         "pool_size": settings.db_pool_size,
         "max_overflow": settings.db_max_overflow,
         "pool_timeout": settings.db_pool_timeout_s,
-        "pool_pre_ping": True,
+        "pool_pre_ping": False,  # see ping_when_idle
         "pool_recycle": 1800,
     }
     options.update(overrides)
@@ -162,6 +195,7 @@ def create_db_engine(settings: Settings, **overrides: Any) -> Engine:
         assert settings.database_url is not None
         engine = create_engine(normalize_url(settings.database_url), **options)
     event.listen(engine, "connect", lambda conn, _record: set_tcp_nodelay(conn))
+    ping_when_idle(engine)
     if settings.db_prepared_statements:
         prepare_statements()
         event.listen(engine, "connect", lambda conn, _record: enable_prepared_statements(conn))

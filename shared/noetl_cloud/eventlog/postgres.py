@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.exc import IntegrityError
 
-from noetl_cloud.db.bulk import insert_rows
+from noetl_cloud.db.bulk import InsertBatch
 from noetl_cloud.db.schema import event as event_table
 from noetl_cloud.db.schema import outbox as outbox_table
 from noetl_cloud.db.schema import stream as stream_table
@@ -117,6 +117,18 @@ def envelope_from_row(row: Any) -> EventEnvelope:
 _COLUMNS = [c for c in event_table.c if c.name != "position"]
 
 
+def run_batch(
+    conn: Connection, batch: InsertBatch, *, guard: str = "TRUE", params: dict[str, Any] | None = None
+) -> bool:
+    """:meth:`InsertBatch.execute`, with a reused event id reported as :class:`DuplicateEventId`."""
+    try:
+        return batch.execute(conn, guard=guard, params=params)
+    except IntegrityError as exc:
+        if "pk_event" in str(exc.orig):
+            raise DuplicateEventId("an event id in this batch is already stored") from None
+        raise
+
+
 class PostgresEventStore:
     def __init__(self, engine: Engine, *, events_topic: str = "noetl-events") -> None:
         self.engine = engine
@@ -170,10 +182,23 @@ class PostgresEventStore:
         """Start many new streams in bulk inside the caller's transaction (each at version 1).
 
         For writers that mint their stream ids (a new execution's stream): one statement for the
-        stream heads, a few for the events and their outbox rows, whatever the number of streams.
-        A stream that already exists is a :class:`StreamVersionConflict`. ``outbox`` as for
-        :meth:`append_in`.
+        stream heads, the events and their outbox rows, whatever the number of streams. A stream
+        that already exists is a :class:`StreamVersionConflict`. ``outbox`` as for :meth:`append_in`.
         """
+        batch = InsertBatch()
+        self.append_new_streams_to(conn, batch, streams, outbox=outbox)
+        run_batch(conn, batch)
+
+    def append_new_streams_to(
+        self,
+        conn: Connection,
+        batch: InsertBatch,
+        streams: Sequence[tuple[str, Sequence[EventEnvelope]]],
+        *,
+        outbox: list[OutboxRow] | None = None,
+    ) -> None:
+        """:meth:`append_new_streams_in` as parts of the caller's :class:`InsertBatch`: written, and
+        checked, when the caller executes the batch (with the rest of its rows, in one statement)."""
         for stream_id, events in streams:
             check_batch(stream_id, events)
         now = utc_now()
@@ -181,15 +206,16 @@ class PostgresEventStore:
             e.sealed(stream_version=i, ingest_time=now) for _stream, events in streams for i, e in enumerate(events, 1)
         ]
         heads = [{"stream_id": stream_id, "version": len(events)} for stream_id, events in streams]
-        created = insert_rows(conn, stream_table, heads, suffix="ON CONFLICT DO NOTHING RETURNING stream_id")
-        assert created is not None
-        made = set(created.scalars().all())
-        if len(made) != len(heads):
-            taken = sorted({str(h["stream_id"]) for h in heads} - made)[0]
-            raise StreamVersionConflict(taken, 0, self._version_in(conn, taken))
-        rows = self._write_sealed(conn, sealed)
-        if outbox is not None:
-            outbox.extend(rows)
+        created = batch.insert(stream_table, heads, suffix="ON CONFLICT DO NOTHING", returning=("stream_id",))
+
+        def check_heads() -> None:
+            made = {stream_id for (stream_id,) in created.returned}
+            if len(made) != len(heads):
+                taken = sorted({str(h["stream_id"]) for h in heads} - made)[0]
+                raise StreamVersionConflict(taken, 0, self._version_in(conn, taken))
+
+        batch.after(check_heads)
+        self._stage_sealed(conn, batch, sealed, outbox)
 
     def append_many_in(
         self,
@@ -226,35 +252,45 @@ class PostgresEventStore:
         return sealed
 
     def _write_sealed(self, conn: Connection, sealed: Sequence[EventEnvelope]) -> list[OutboxRow]:
-        """Insert sealed events and their outbox rows; a reused event id or idempotency key is a
-        typed error naming what was reused (the caller's transaction is then rolled back)."""
-        try:
-            result = insert_rows(
-                conn,
-                event_table,
-                [_row(e) for e in sealed],
-                suffix="ON CONFLICT (idempotency_key) DO NOTHING RETURNING event_id",
-            )
-        except IntegrityError as exc:
-            if "pk_event" in str(exc.orig):
-                raise DuplicateEventId("an event id in this batch is already stored") from None
-            raise
-        assert result is not None
-        inserted = result.scalars().all()
-        if len(inserted) != len(sealed):
-            keys = [e.idempotency_key for e in sealed if e.idempotency_key is not None]
-            raise DuplicateIdempotencyKey(self._used_keys(conn, keys, set(inserted)))
-        messages = [outbox_message(e, self.events_topic) for e in sealed]
-        written = insert_rows(conn, outbox_table, messages, suffix=_RETURNING_OUTBOX)
-        assert written is not None
-        # The rows as written, rebuilt from what was sent (no JSON read back): (event, topic) is unique.
-        sent = {(m["event_id"], m["topic"]): m for m in messages}
-        rows = []
-        for outbox_id, event_id, topic in written:
-            m = sent[(event_id, topic)]
-            rows.append(OutboxRow(outbox_id, topic, m["data"], m["attributes"], m["ordering_key"]))
-        rows.sort(key=lambda row: row.outbox_id)  # insertion order: one execution's events publish in order
+        """Insert sealed events and their outbox rows (one statement); the outbox rows written."""
+        batch, rows = InsertBatch(), list[OutboxRow]()
+        self._stage_sealed(conn, batch, sealed, rows)
+        run_batch(conn, batch)
         return rows
+
+    def _stage_sealed(
+        self, conn: Connection, batch: InsertBatch, sealed: Sequence[EventEnvelope], outbox: list[OutboxRow] | None
+    ) -> None:
+        """Add sealed events and their outbox rows to ``batch``. After it ran, a reused idempotency key
+        is a :class:`DuplicateIdempotencyKey` naming what was reused (the caller's transaction is then
+        rolled back); the outbox rows written are appended to ``outbox``, in insertion order."""
+        inserted = batch.insert(
+            event_table,
+            [_row(e) for e in sealed],
+            suffix="ON CONFLICT (idempotency_key) DO NOTHING",
+            returning=("event_id",),
+        )
+        messages = [outbox_message(e, self.events_topic) for e in sealed]
+        written = batch.insert(
+            outbox_table, messages, returning=("outbox_id", "event_id", "topic"), only_with=(inserted, "event_id")
+        )
+
+        def check() -> None:
+            if len(inserted.returned) != len(sealed):
+                keys = [e.idempotency_key for e in sealed if e.idempotency_key is not None]
+                raise DuplicateIdempotencyKey(self._used_keys(conn, keys, {r[0] for r in inserted.returned}))
+            if outbox is None:
+                return
+            # The rows as written, rebuilt from what was sent (no JSON read back): (event, topic) is unique.
+            sent = {(m["event_id"], m["topic"]): m for m in messages}
+            rows = []
+            for outbox_id, event_id, topic in written.returned:
+                m = sent[(event_id, topic)]
+                rows.append(OutboxRow(outbox_id, topic, m["data"], m["attributes"], m["ordering_key"]))
+            rows.sort(key=lambda row: row.outbox_id)  # insertion order: one execution's events publish in order
+            outbox.extend(rows)
+
+        batch.after(check)
 
     @staticmethod
     def _version_in(conn: Connection, stream_id: str) -> int:

@@ -122,6 +122,7 @@ class OutboxRelay:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
+        self._stopping = threading.Event()
 
     def hand_off(self, rows: Sequence[OutboxRow]) -> None:
         """Publish rows a writer just committed: in the background when the relay has a thread (the
@@ -161,9 +162,19 @@ class OutboxRelay:
             with self._lock:
                 self._start()
 
+    def close(self, timeout: float = 10.0) -> None:
+        """Publish what was handed off, then stop the relay thread (rows it could not publish stay pending)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None and thread.is_alive():
+            self._stopping.set()
+            self._queue.put((time.monotonic(), []))  # wakes the thread
+            thread.join(timeout)
+            self._stopping.clear()
+
     def _run(self) -> None:
         next_sweep = time.monotonic() + self.sweep_every_s
-        while True:
+        while not self._stopping.is_set():
             wait = max(0.0, next_sweep - time.monotonic()) if self.sweep_every_s > 0 else None
             try:
                 batches = [self._queue.get(timeout=wait)]
@@ -176,7 +187,7 @@ class OutboxRelay:
                     break
             if batches:
                 self._publish_batches(batches)
-            if self.sweep_every_s > 0 and time.monotonic() >= next_sweep:
+            if self.sweep_every_s > 0 and time.monotonic() >= next_sweep and not self._stopping.is_set():
                 next_sweep = time.monotonic() + self.sweep_every_s
                 self._sweep_quietly()
 
