@@ -22,7 +22,8 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -34,9 +35,9 @@ from noetl_cloud.db.schema import outbox as outbox_table
 from noetl_cloud.engine.model import StepPlan, compile_playbook
 from noetl_cloud.engine.routing import SUCCESS_EVENTS, admit, collection, route, template_error
 from noetl_cloud.engine.templates import Renderer, TemplateFailure, build_scope
-from noetl_cloud.envelope import EventEnvelope, EventFactory
+from noetl_cloud.envelope import EventEnvelope, EventFactory, utc_now
 from noetl_cloud.errors import Conflict, NoetlError, NotFound, ValidationFailed
-from noetl_cloud.eventlog.postgres import PostgresEventStore
+from noetl_cloud.eventlog.postgres import PostgresEventStore, run_batch
 from noetl_cloud.eventlog.relay import OutboxRelay, OutboxRow, like_prefix
 from noetl_cloud.frames.stages import open_cursor_stage
 from noetl_cloud.ids import SnowflakeGenerator
@@ -76,6 +77,9 @@ class WorkerReport(BaseModel):
     error: dict[str, Any] | None = None
     ctx_patch: list[PatchOp] = Field(default_factory=list, max_length=MAX_REPORTED_EVENTS)
     events: list[ReportedEvent] = Field(default_factory=list, max_length=MAX_REPORTED_EVENTS)
+    # Eager dispatch: the worker will run the next command itself when this report issues exactly
+    # one; the answer's ``next`` then holds it, already claimed for this worker (no Pub/Sub hop).
+    accept_next: bool = False
 
 
 class WorkerRef(BaseModel):
@@ -100,6 +104,9 @@ class ExecState:
     tokens_fired: int = 0
     status: str = "started"
     error: dict[str, Any] | None = None
+    version: int | None = None  # the playbook's catalog version
+    parent_iter: Any = None  # meta.parent_iter of a child started inside a loop iteration
+    open_commands: int = 0  # commands issued, claimed or started when the row was locked
 
     @property
     def ended(self) -> bool:
@@ -478,17 +485,27 @@ class Orchestrator:
     # -- execution state ------------------------------------------------------------------------
 
     def _lock_execution(self, conn: Connection, execution_id: int) -> ExecState:
+        return self._locked(
+            conn,
+            _LOCK_EXECUTION,
+            {"id": execution_id},
+            NotFound(f"no execution {execution_id}", code="execution_not_found"),
+        )
+
+    def _lock_execution_of(self, conn: Connection, command_id: int) -> ExecState:
+        """Lock the execution of a command (one round trip: the command's row names it)."""
+        return self._locked(
+            conn,
+            _LOCK_EXECUTION_OF,
+            {"command": command_id},
+            NotFound(f"no command {command_id}", code="command_not_found"),
+        )
+
+    def _locked(self, conn: Connection, statement: Any, params: dict[str, Any], missing: NoetlError) -> ExecState:
         tenant, org = self.tenant
-        row = conn.execute(
-            text(
-                "SELECT execution_id, execution_pool, path, catalog_id, trace, workload, ctx, results, "
-                "tokens_fired, status, error FROM execution "
-                "WHERE execution_id = :id AND tenant_id = :t AND organization_id = :o FOR UPDATE"
-            ),
-            {"id": execution_id, "t": tenant, "o": org},
-        ).first()
+        row = conn.execute(statement, {**params, "t": tenant, "o": org}).first()
         if row is None:
-            raise NotFound(f"no execution {execution_id}", code="execution_not_found")
+            raise missing
         return ExecState(
             execution_id=str(row.execution_id),
             tenant_id=tenant,
@@ -503,18 +520,29 @@ class Orchestrator:
             tokens_fired=row.tokens_fired,
             status=row.status,
             error=row.error,
+            version=row.version,
+            parent_iter=row.parent_iter,
+            open_commands=row.open_commands,
         )
 
     def write(self, conn: Connection, turn: Turn, *, new_stream: bool = False) -> list[OutboxRow]:
-        """Write one turn of an existing execution: state, events, commands, loops, notifications."""
+        """Write one turn of an existing execution: state, events, commands, loops, notifications, in one
+        statement after the stream head's bump (two round trips)."""
         s = turn.state
         ended = s.status in ENDED
-        conn.execute(
-            text(
-                "UPDATE execution SET ctx = CAST(:ctx AS jsonb), results = CAST(:results AS jsonb), "
-                "tokens_fired = :tokens, status = :status, error = CAST(:error AS jsonb), updated_at = now(), "
-                "ended_at = CASE WHEN :ended THEN now() ELSE ended_at END WHERE execution_id = :id"
-            ),
+        if s.status == "failed":  # not in the batch: one statement may not update a row twice
+            conn.execute(
+                text(
+                    "UPDATE command SET status = 'cancelled', updated_at = now() "
+                    "WHERE execution_id = :id AND status IN ('issued', 'claimed', 'started')"
+                ),
+                {"id": int(s.execution_id)},
+            )
+        batch, rows = InsertBatch(), list[OutboxRow]()
+        batch.statement(
+            "UPDATE execution SET ctx = CAST(:ctx AS jsonb), results = CAST(:results AS jsonb), "
+            "tokens_fired = :tokens, status = :status, error = CAST(:error AS jsonb), updated_at = now(), "
+            "ended_at = CASE WHEN :ended THEN now() ELSE ended_at END WHERE execution_id = :id",
             {
                 "ctx": _json(s.ctx),
                 "results": _json(s.results),
@@ -525,24 +553,11 @@ class Orchestrator:
                 "id": int(s.execution_id),
             },
         )
-        if s.status == "failed":
-            conn.execute(
-                text(
-                    "UPDATE command SET status = 'cancelled', updated_at = now() "
-                    "WHERE execution_id = :id AND status IN ('issued', 'claimed', 'started')"
-                ),
-                {"id": int(s.execution_id)},
-            )
-        event_rows: list[OutboxRow] = []
-        if turn.events:
-            self.store.append_in(conn, turn.stream, turn.events, outbox=event_rows)
         for loop in turn.changed_loops.values():
-            conn.execute(
-                text(
-                    "UPDATE loop_run SET next_index = :next_index, in_flight = :in_flight, "
-                    "results = CAST(:results AS jsonb), ctx_owners = CAST(:owners AS jsonb), "
-                    "failed_index = :failed_index, error = CAST(:error AS jsonb) WHERE step_run_id = :id"
-                ),
+            batch.statement(
+                "UPDATE loop_run SET next_index = :next_index, in_flight = :in_flight, "
+                "results = CAST(:results AS jsonb), ctx_owners = CAST(:owners AS jsonb), "
+                "failed_index = :failed_index, error = CAST(:error AS jsonb) WHERE step_run_id = :id",
                 {
                     "next_index": loop["next_index"],
                     "in_flight": loop["in_flight"],
@@ -553,7 +568,11 @@ class Orchestrator:
                     "id": loop["step_run_id"],
                 },
             )
-        return event_rows + self.write_rows(conn, [turn])
+        if turn.events:
+            self.store.append_to(conn, batch, turn.stream, turn.events, outbox=rows)
+        self.write_rows_to(batch, [turn], rows)
+        run_batch(conn, batch)
+        return rows
 
     def write_rows(self, conn: Connection, turns: Sequence[Turn]) -> list[OutboxRow]:
         """Insert the new loop runs, commands and notification outbox rows of ``turns`` in one statement."""
@@ -574,18 +593,6 @@ class Orchestrator:
             outbox_table, notes, returning=("outbox_id", "topic", "data", "attributes", "ordering_key")
         )
         batch.after(lambda: outbox.extend(OutboxRow(*r) for r in written.returned))
-
-    @staticmethod
-    def _open_commands(conn: Connection, execution_id: str) -> int:
-        return int(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM command WHERE execution_id = :id "
-                    "AND status IN ('issued', 'claimed', 'started')"
-                ),
-                {"id": int(execution_id)},
-            ).scalar_one()
-        )
 
     # -- claim, read, heartbeat -----------------------------------------------------------------
 
@@ -685,6 +692,10 @@ class Orchestrator:
         ).first()
         if row is None:
             raise NotFound(f"no command {command_id}", code="command_not_found")
+        return self._command_document(conn, row)
+
+    def _command_document(self, conn: Connection | None, row: Any) -> dict[str, Any]:
+        """The document a worker runs, from a command's fields and its execution's (attributes of ``row``)."""
         _doc, plans, document = self._compiled(row.catalog_id, conn=conn)
         iteration = None
         if row.kind == "iteration":
@@ -758,8 +769,7 @@ class Orchestrator:
         """Fold a worker's report of one command run; a duplicate changes nothing."""
         command_id = int(body.command_id)
         with self.engine.begin() as conn:
-            execution_id = self._execution_of(conn, command_id)
-            state = self._lock_execution(conn, execution_id)
+            state = self._lock_execution_of(conn, command_id)
             cmd = self._lock_command(conn, command_id)
             if cmd.status in ENDED:
                 return {"accepted": False, "duplicate": True, "execution_status": state.status}
@@ -803,19 +813,43 @@ class Orchestrator:
                 )
             patch = [op.model_dump() for op in body.ctx_patch]
             self._terminate(conn, turn, cmd, body.status, body.result, body.error, patch, body.worker_id)
+            eager = self._hand_next(turn, body.worker_id) if body.accept_next else None
             rows = self.write(conn, turn)
+            handed = [self._command_document(conn, eager)] if eager is not None else []
         self.relay.hand_off(rows)
-        return {"accepted": True, "duplicate": False, "execution_status": state.status}
+        return {"accepted": True, "duplicate": False, "execution_status": state.status, "next": handed}
 
-    def _execution_of(self, conn: Connection, command_id: int) -> int:
-        tenant, org = self.tenant
-        found = conn.execute(
-            text("SELECT execution_id FROM command WHERE command_id = :id AND tenant_id = :t AND organization_id = :o"),
-            {"id": command_id, "t": tenant, "o": org},
-        ).scalar()
-        if found is None:
-            raise NotFound(f"no command {command_id}", code="command_not_found")
-        return int(found)
+    def _hand_next(self, turn: Turn, worker_id: str) -> Any:
+        """Eager dispatch: when this turn issues exactly one command, claim it for the reporting worker
+        in this transaction (its ``command.claimed`` event, no notification) and return its fields for
+        the command document; else ``None`` and every new command goes through its topic. A worker that
+        dies holding it loses its lease, and the reaper issues the command again."""
+        s = turn.state
+        if s.ended or len(turn.commands) != 1 or turn.queue:
+            return None
+        row = turn.commands[0]
+        lease = utc_now() + timedelta(seconds=self.lease_s)
+        row.update(status="claimed", worker_id=worker_id, lease_expires_at=lease)
+        turn.notes = [n for n in turn.notes if n["data"]["command_id"] != str(row["command_id"])]
+        cid = str(row["command_id"])
+        turn.emit(
+            "command.claimed",
+            {"command_id": cid, "worker_id": worker_id, "attempt": 1, "eager": True},
+            aggregate_type="command",
+            aggregate_id=cid,
+            key=turn.key("command", cid, 1, "claimed"),
+        )
+        loop = turn.new_loops.get(str(row["step_run_id"])) or turn.changed_loops.get(str(row["step_run_id"]))
+        return SimpleNamespace(
+            **row,
+            catalog_id=s.catalog_id,
+            path=s.path,
+            version=s.version,
+            workload=s.workload,
+            ctx=copy.deepcopy(s.ctx),
+            parent_iter=s.parent_iter,
+            mode=loop["mode"] if loop is not None else None,
+        )
 
     @staticmethod
     def _lock_command(conn: Connection, command_id: int) -> Any:
@@ -883,7 +917,7 @@ class Orchestrator:
                 plan, cmd.args, str(cmd.step_run_id), "step.done" if status == "ok" else "step.failed", result, error
             )
         turn.drain()
-        turn.close(self._open_commands(conn, state.execution_id))
+        turn.close(state.open_commands - 1)  # less the command that just ended (it was claimed or started)
 
     @staticmethod
     def _loop(conn: Connection, step_run_id: int) -> dict[str, Any]:
@@ -996,6 +1030,19 @@ class Orchestrator:
         return self.write(conn, turn)
 
 
+_EXECUTION_COLUMNS = (
+    "SELECT e.execution_id, e.execution_pool, e.path, e.catalog_id, e.trace, e.workload, e.ctx, e.results, "
+    "e.tokens_fired, e.status, e.error, e.version, e.meta -> 'parent_iter' AS parent_iter, "
+    "(SELECT count(*) FROM command o WHERE o.execution_id = e.execution_id "
+    " AND o.status IN ('issued', 'claimed', 'started')) AS open_commands FROM execution e "
+)
+_LOCK_EXECUTION = text(
+    _EXECUTION_COLUMNS + "WHERE e.execution_id = :id AND e.tenant_id = :t AND e.organization_id = :o FOR UPDATE OF e"
+)
+_LOCK_EXECUTION_OF = text(
+    _EXECUTION_COLUMNS + "WHERE e.execution_id = (SELECT execution_id FROM command WHERE command_id = :command "
+    "AND tenant_id = :t AND organization_id = :o) AND e.tenant_id = :t AND e.organization_id = :o FOR UPDATE OF e"
+)
 _RENOTIFY = text(
     "WITH stale AS ("
     "  SELECT command_id FROM command WHERE status = 'issued' AND tenant_id = :t AND organization_id = :o"

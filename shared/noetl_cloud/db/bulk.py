@@ -15,6 +15,7 @@ nested JSON.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import lru_cache
@@ -96,7 +97,13 @@ class InsertBatch:
 
     def __init__(self) -> None:
         self.parts: list[Part] = []
+        self.statements: list[tuple[str, dict[str, Any]]] = []
         self._after: list[Callable[[], None]] = []
+
+    def statement(self, sql: str, params: dict[str, Any]) -> None:
+        """Add an ``UPDATE``/``DELETE`` (a constant of the caller's code, named binds) to the statement,
+        run in a CTE of its own. Not with a ``guard``: the guard covers only the inserts."""
+        self.statements.append((sql, params))
 
     def insert(
         self,
@@ -124,10 +131,14 @@ class InsertBatch:
 
     def execute(self, conn: Connection, *, guard: str = "TRUE", params: dict[str, Any] | None = None) -> bool:
         """Run every part in one statement; false (and nothing written) when ``guard`` was false."""
-        if self.parts:
+        assert guard == "TRUE" or not self.statements, "a guarded batch holds inserts only"
+        if self.parts or self.statements:
             shape = tuple(self._shape(p) for p in self.parts)
             values = {f"r{i}": _rows_json(p.rows) for i, p in enumerate(self.parts)}
-            row = conn.execute(_batch_statement(shape, guard), {**values, **(params or {})}).one()
+            for i, (_sql, given) in enumerate(self.statements):
+                values.update({f"s{i}_{name}": value for name, value in given.items()})
+            sqls = tuple(sql for sql, _params in self.statements)
+            row = conn.execute(_batch_statement(shape, sqls, guard), {**values, **(params or {})}).one()
             if not row[0]:
                 return False
             for part, returned in zip(self.parts, row[1:], strict=True):
@@ -145,9 +156,15 @@ class InsertBatch:
         return (part.table, tuple(part.rows[0]), part.suffix, part.returning, depends)
 
 
+_BIND = re.compile(r"(?<![:\w]):(\w+)")
+
+
 @lru_cache(maxsize=256)
-def _batch_statement(shape: tuple[_Shape, ...], guard: str) -> Any:
+def _batch_statement(shape: tuple[_Shape, ...], statements: tuple[str, ...], guard: str) -> Any:
     ctes = [f"g AS (SELECT ({guard}) AS ok)"]
+    for i, sql in enumerate(statements):
+        renamed = _BIND.sub(f":s{i}_" + r"\1", sql)
+        ctes.append(f"s{i} AS ({renamed})")
     outputs = ["(SELECT ok FROM g)"]
     for i, (table, columns, suffix, returning, depends) in enumerate(shape):
         names = ", ".join(f'"{c}"' for c in columns)

@@ -154,6 +154,23 @@ class PostgresEventStore:
         ``outbox``: a list the outbox rows written are appended to, for the writer to publish after
         its commit (never before: the rows do not exist for anyone else until then).
         """
+        batch = InsertBatch()
+        sealed = self.append_to(conn, batch, stream_id, events, expected_version, outbox=outbox)
+        run_batch(conn, batch)
+        return sealed
+
+    def append_to(
+        self,
+        conn: Connection,
+        batch: InsertBatch,
+        stream_id: str,
+        events: Sequence[EventEnvelope],
+        expected_version: int | None = None,
+        *,
+        outbox: list[OutboxRow] | None = None,
+    ) -> list[EventEnvelope]:
+        """:meth:`append_in` with the events and their outbox rows as parts of the caller's ``batch``
+        (the stream head is bumped now: the events' versions, sealed into their checksums, come from it)."""
         check_batch(stream_id, events)
         n = len(events)
         params = {"stream_id": stream_id, "n": n, "expected": expected_version}
@@ -167,9 +184,7 @@ class PostgresEventStore:
         first = version - n + 1
         now = utc_now()
         sealed = [e.sealed(stream_version=first + i, ingest_time=now) for i, e in enumerate(events)]
-        rows = self._write_sealed(conn, sealed)
-        if outbox is not None:
-            outbox.extend(rows)
+        self._stage_sealed(conn, batch, sealed, outbox)
         return sealed
 
     def append_new_streams_in(
