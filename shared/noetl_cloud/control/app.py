@@ -18,7 +18,7 @@ from noetl_cloud.auth.internal import InternalAuth, install
 from noetl_cloud.control import runtime_events, spool_events
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import BatchRequest, ExecuteRequest
-from noetl_cloud.control.orchestrator import WorkerRef, WorkerReport
+from noetl_cloud.control.reports import WorkerRef, WorkerReport
 from noetl_cloud.errors import BadRequest, Forbidden
 from noetl_cloud.observability import configure_logging
 from noetl_cloud.replay import api as replay_api

@@ -23,7 +23,8 @@ from sqlalchemy import Connection, Engine, func, select, text
 
 from noetl_cloud.control.catalog import CatalogCache, CatalogEntry, CatalogKey, CatalogService
 from noetl_cloud.control.models import ExecuteRequest, ItemResult
-from noetl_cloud.control.orchestrator import ExecState, Orchestrator, Turn
+from noetl_cloud.control.orchestrator import Orchestrator
+from noetl_cloud.control.turn import ExecState, Turn
 from noetl_cloud.db.bulk import InsertBatch
 from noetl_cloud.db.schema import event, execution
 from noetl_cloud.engine.runner import merge_workload

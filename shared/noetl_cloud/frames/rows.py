@@ -1,5 +1,5 @@
 """Row shapes and values the frame service's modules share: the stage row and the payload of
-``stage.opened`` (also written by the orchestrator's cursor loops, ``frames/stages.py``), the frame
+``stage.opened`` (also written by the orchestrator's cursor loops, ``control/turn.py``), the frame
 statuses, the frame columns the claim, commit and reaper queries select, and bind-value helpers."""
 
 from __future__ import annotations

@@ -1,0 +1,167 @@
+"""An execution's rows: lock one into an :class:`ExecState`, and write what a :class:`Turn` collected.
+
+* :meth:`ExecutionRows._lock_execution` / :meth:`ExecutionRows._lock_execution_of` take the execution's
+  row lock (``FOR UPDATE``) and load its token state, with its count of open commands, in one round trip;
+* :meth:`ExecutionRows.write` writes one turn of an existing execution (state, loops, events, stages,
+  commands, notifications) in one statement after the stream head's bump;
+  :meth:`ExecutionRows.write_rows_to` adds the new rows of turns to a batch (also used by ``executions.py``).
+
+A mixin of :class:`~noetl_cloud.control.orchestrator.Orchestrator`; it declares what it uses of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, text
+
+from noetl_cloud.control.turn import ENDED, ExecState, Turn
+from noetl_cloud.db.bulk import InsertBatch
+from noetl_cloud.db.schema import command, loop_run, stage
+from noetl_cloud.db.schema import outbox as outbox_table
+from noetl_cloud.errors import NoetlError, NotFound
+from noetl_cloud.eventlog.postgres import PostgresEventStore, run_batch
+from noetl_cloud.eventlog.relay import OutboxRow
+
+
+class ExecutionRows:
+    """Loading and writing the rows of executions (a mixin of the orchestrator)."""
+
+    store: PostgresEventStore
+
+    if TYPE_CHECKING:
+
+        @property
+        def tenant(self) -> tuple[str, str]: ...
+
+    def _lock_execution(self, conn: Connection, execution_id: int) -> ExecState:
+        return self._locked(
+            conn,
+            _LOCK_EXECUTION,
+            {"id": execution_id},
+            NotFound(f"no execution {execution_id}", code="execution_not_found"),
+        )
+
+    def _lock_execution_of(self, conn: Connection, command_id: int) -> ExecState:
+        """Lock the execution of a command (one round trip: the command's row names it)."""
+        return self._locked(
+            conn,
+            _LOCK_EXECUTION_OF,
+            {"command": command_id},
+            NotFound(f"no command {command_id}", code="command_not_found"),
+        )
+
+    def _locked(self, conn: Connection, statement: Any, params: dict[str, Any], missing: NoetlError) -> ExecState:
+        tenant, org = self.tenant
+        row = conn.execute(statement, {**params, "t": tenant, "o": org}).first()
+        if row is None:
+            raise missing
+        return ExecState(
+            execution_id=str(row.execution_id),
+            tenant_id=tenant,
+            organization_id=org,
+            pool=row.execution_pool,
+            path=row.path,
+            catalog_id=row.catalog_id,
+            trace=row.trace,
+            workload=row.workload,
+            ctx=row.ctx,
+            results=row.results,
+            tokens_fired=row.tokens_fired,
+            status=row.status,
+            error=row.error,
+            version=row.version,
+            parent_iter=row.parent_iter,
+            open_commands=row.open_commands,
+        )
+
+    def write(self, conn: Connection, turn: Turn, *, new_stream: bool = False) -> list[OutboxRow]:
+        """Write one turn of an existing execution: state, events, commands, loops, notifications, in one
+        statement after the stream head's bump (two round trips)."""
+        s = turn.state
+        ended = s.status in ENDED
+        if s.status == "failed":  # not in the batch: one statement may not update a row twice
+            conn.execute(
+                text(
+                    "UPDATE command SET status = 'cancelled', updated_at = now() "
+                    "WHERE execution_id = :id AND status IN ('issued', 'claimed', 'started')"
+                ),
+                {"id": int(s.execution_id)},
+            )
+        batch, rows = InsertBatch(), list[OutboxRow]()
+        batch.statement(
+            "UPDATE execution SET ctx = CAST(:ctx AS jsonb), results = CAST(:results AS jsonb), "
+            "tokens_fired = :tokens, status = :status, error = CAST(:error AS jsonb), updated_at = now(), "
+            "ended_at = CASE WHEN :ended THEN now() ELSE ended_at END WHERE execution_id = :id",
+            {
+                "ctx": _json(s.ctx),
+                "results": _json(s.results),
+                "tokens": s.tokens_fired,
+                "status": s.status,
+                "error": _json(s.error) if s.error is not None else None,
+                "ended": ended,
+                "id": int(s.execution_id),
+            },
+        )
+        for loop in turn.changed_loops.values():
+            batch.statement(
+                "UPDATE loop_run SET next_index = :next_index, in_flight = :in_flight, "
+                "results = CAST(:results AS jsonb), ctx_owners = CAST(:owners AS jsonb), "
+                "failed_index = :failed_index, error = CAST(:error AS jsonb) WHERE step_run_id = :id",
+                {
+                    "next_index": loop["next_index"],
+                    "in_flight": loop["in_flight"],
+                    "results": _json(loop["results"]),
+                    "owners": _json(loop["ctx_owners"]),
+                    "failed_index": loop["failed_index"],
+                    "error": _json(loop["error"]) if loop["error"] is not None else None,
+                    "id": loop["step_run_id"],
+                },
+            )
+        if turn.events:
+            self.store.append_to(conn, batch, turn.stream, turn.events, outbox=rows)
+        self.write_rows_to(batch, [turn], rows)
+        run_batch(conn, batch)
+        return rows
+
+    def write_rows(self, conn: Connection, turns: Sequence[Turn]) -> list[OutboxRow]:
+        """Insert the new loop runs, commands and notification outbox rows of ``turns`` in one statement."""
+        batch, rows = InsertBatch(), list[OutboxRow]()
+        self.write_rows_to(batch, turns, rows)
+        batch.execute(conn)
+        return rows
+
+    @staticmethod
+    def write_rows_to(batch: InsertBatch, turns: Sequence[Turn], outbox: list[OutboxRow]) -> None:
+        """The new stages, loop runs, commands and notification outbox rows of ``turns`` as parts of
+        ``batch``; the notification rows written go to ``outbox`` when it has run."""
+        batch.insert(stage, [row for turn in turns for row in turn.new_stages])
+        batch.insert(loop_run, [loop for turn in turns for loop in turn.new_loops.values()])
+        batch.insert(command, [row for turn in turns for row in turn.commands])
+        notes = [row for turn in turns for row in turn.notes]
+        written = batch.insert(
+            outbox_table, notes, returning=("outbox_id", "topic", "data", "attributes", "ordering_key")
+        )
+        batch.after(lambda: outbox.extend(OutboxRow(*r) for r in written.returned))
+
+
+_EXECUTION_COLUMNS = (
+    "SELECT e.execution_id, e.execution_pool, e.path, e.catalog_id, e.trace, e.workload, e.ctx, e.results, "
+    "e.tokens_fired, e.status, e.error, e.version, e.meta -> 'parent_iter' AS parent_iter, "
+    "(SELECT count(*) FROM command o WHERE o.execution_id = e.execution_id "
+    " AND o.status IN ('issued', 'claimed', 'started')) AS open_commands FROM execution e "
+)
+_LOCK_EXECUTION = text(
+    _EXECUTION_COLUMNS + "WHERE e.execution_id = :id AND e.tenant_id = :t AND e.organization_id = :o FOR UPDATE OF e"
+)
+_LOCK_EXECUTION_OF = text(
+    _EXECUTION_COLUMNS + "WHERE e.execution_id = (SELECT execution_id FROM command WHERE command_id = :command "
+    "AND tenant_id = :t AND organization_id = :o) AND e.tenant_id = :t AND e.organization_id = :o FOR UPDATE OF e"
+)
+
+
+def _json(value: Any) -> str:
+    from noetl_cloud.envelope import canonical_json
+
+    return canonical_json(value)

@@ -1,0 +1,49 @@
+"""What a worker sends the orchestrator: the body of ``POST /api/events`` and of claims and heartbeats."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: The events a worker may report for a command run; everything else is the control plane's to emit.
+WORKER_EVENTS = frozenset({"task.started", "task.done", "ctx.patched"})
+MAX_REPORTED_EVENTS = 10_000
+
+
+class ReportedEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    event_type: str = Field(min_length=1, max_length=64)
+    payload: dict[str, Any] = Field(default_factory=dict)
+    occurred_at: datetime | None = None
+
+
+class PatchOp(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    op: Literal["add", "replace", "remove"]
+    path: str = Field(pattern=r"^/[^/]*$", max_length=1024)
+    value: Any = None
+
+
+class WorkerReport(BaseModel):
+    """The body of ``POST /api/events``: one command run's outcome."""
+
+    model_config = ConfigDict(extra="forbid")
+    command_id: str = Field(pattern=r"^[0-9]{1,19}$")
+    worker_id: str = Field(min_length=1, max_length=256)
+    attempt: int = Field(ge=1)
+    started_at: datetime | None = None
+    status: Literal["ok", "error"]
+    result: Any = None
+    error: dict[str, Any] | None = None
+    ctx_patch: list[PatchOp] = Field(default_factory=list, max_length=MAX_REPORTED_EVENTS)
+    events: list[ReportedEvent] = Field(default_factory=list, max_length=MAX_REPORTED_EVENTS)
+    # Eager dispatch: the worker will run the next command itself when this report issues exactly
+    # one; the answer's ``next`` then holds it, already claimed for this worker (no Pub/Sub hop).
+    accept_next: bool = False
+
+
+class WorkerRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    worker_id: str = Field(min_length=1, max_length=256)
