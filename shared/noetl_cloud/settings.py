@@ -94,6 +94,10 @@ class Settings(BaseModel):
     worker_push_service_account: str | None = None
     worker_push_token: SecretStr | None = None
     worker_heartbeat_s: Annotated[float, Field(gt=0, le=600)] = 10.0
+    # Eager dispatch: for this long after a delivery arrived, the worker takes the next command of a
+    # sequential step in its report's answer and runs it at once (0: every command through its topic).
+    # Keep it well under the push subscription's ack deadline.
+    worker_eager_budget_s: Annotated[float, Field(ge=0, le=600)] = 30.0
 
     # Web and the internal API.
     max_request_bytes: Annotated[int, Field(ge=1024, le=32 * 1024 * 1024)] = 1024 * 1024

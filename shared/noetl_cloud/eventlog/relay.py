@@ -108,6 +108,7 @@ class OutboxRelay:
         background: bool = False,
         max_queued: int = 20_000,
         sweep_every_s: float = 0.0,
+        sweep_grace_s: float = 30.0,
         topic_prefix: str = "noetl-commands-",
     ) -> None:
         self.engine = engine
@@ -115,6 +116,7 @@ class OutboxRelay:
         self.background = background
         self.max_queued = max_queued
         self.sweep_every_s = sweep_every_s
+        self.sweep_grace_s = sweep_grace_s  # how old a pending row is before the relay's sweep takes it
         self.topic_prefix = topic_prefix
         self.stats = RelayStats()
         self._queue: queue.Queue[tuple[float, Sequence[OutboxRow]]] = queue.Queue()
@@ -211,7 +213,7 @@ class OutboxRelay:
 
     def _sweep_quietly(self) -> None:
         try:
-            counts = self.sweep(topic_prefix=self.topic_prefix)
+            counts = self.sweep(topic_prefix=self.topic_prefix, grace_s=self.sweep_grace_s)
         except Exception:  # the next interval (or the scheduled sweep) tries again
             log.warning("the relay's outbox sweep failed", exc_info=True)
             return

@@ -100,6 +100,7 @@ def service_from_settings(settings: Settings) -> WorkerService:
         worker_id=settings.worker_id or default_worker_id(settings.worker_pool),
         tools=default_registry(),
         heartbeat_s=settings.worker_heartbeat_s,
+        eager_budget_s=settings.worker_eager_budget_s,
         frames=frames,
         payloads=payload_store(settings),
     )

@@ -12,6 +12,12 @@ every third of the lease when the lease is shorter. A heartbeat answered 409 (``
 ``execution_terminal``) stops the run before its next task attempt (retry waits end early too) and
 nothing is reported.
 
+Eager dispatch: the worker reports with ``accept_next`` while the delivery is younger than
+``eager_budget_s``; when the report issues exactly one next command, the answer holds it already
+claimed for this worker, and the worker runs it in the same delivery (a sequential chain pays no
+Pub/Sub hop per step). The delivery's outcome is its first command's; a later command whose report
+cannot be delivered keeps its lease until it runs out, and the reaper issues it again.
+
 A ``kind: playbook`` task starts a child execution with ``POST /api/execute`` (``parent_execution_id``
 set, ``meta.parent_iter`` when started inside a loop iteration, and a dedup key
 ``command/<command_id>/child/<n>`` so a command re-run after its worker died follows the child the first
@@ -162,6 +168,7 @@ class WorkerService:
         now: Callable[[], datetime] = utc_now,
         frames: ControlPlaneApi | None = None,
         payloads: PayloadStore | None = None,
+        eager_budget_s: float = 30.0,
     ) -> None:
         if heartbeat_s <= 0:
             raise ValueError("heartbeat_s must be > 0")
@@ -183,6 +190,7 @@ class WorkerService:
         self.renderer = Renderer()
         self.frames = frames  # the frames role's API, for cursor loops (the control plane's when unset)
         self.payloads = payloads  # where frame rows go as Arrow IPC
+        self.eager_budget_s = eager_budget_s  # how long one delivery keeps taking next commands (0: never)
 
     # -- one delivery ------------------------------------------------------------------------------
 
@@ -204,7 +212,25 @@ class WorkerService:
         if not claim.ok:
             return self._claim_refused(note, claim)
         command = claim.json if isinstance(claim.json, dict) else {}
-        attempt = _attempt(command.get("attempt"), note.attempt)
+        deadline = time.monotonic() + self.eager_budget_s
+        handled, following = self._run(command, cid, _attempt(command.get("attempt"), note.attempt), deadline)
+        while following is not None:  # eager dispatch: the next command, already claimed for us
+            next_id = str(following.get("command_id"))
+            try:
+                with execution_scope(str(following.get("execution_id"))):
+                    _next, following = self._run(following, next_id, _attempt(following.get("attempt"), 1), deadline)
+            except UpstreamUnavailable:
+                log.warning(
+                    "an eagerly handed command was not reported; the reaper issues it again",
+                    extra={"command_id": next_id},
+                )
+                break
+        return handled
+
+    def _run(
+        self, command: dict[str, Any], cid: str, attempt: int, deadline: float
+    ) -> tuple[Handled, dict[str, Any] | None]:
+        """Run one claimed command and report it; the next command the answer hands over, if any."""
         log.info("command claimed", extra={"command_id": cid, "step": command.get("step"), "attempt": attempt})
 
         stopped = threading.Event()
@@ -243,21 +269,25 @@ class WorkerService:
             heartbeat.stop()
         if report.stopped or stopped.is_set():
             log.info("command run stopped: its lease is gone or its execution ended", extra={"command_id": cid})
-            return Handled("stopped", cid)
+            return Handled("stopped", cid), None
 
-        answer = self._call("POST", "/api/events", report.to_body(self.worker_id, attempt, cid))
+        body = report.to_body(self.worker_id, attempt, cid)
+        body["accept_next"] = time.monotonic() < deadline
+        answer = self._call("POST", "/api/events", body)
         if answer.ok:
             duplicate = isinstance(answer.json, dict) and answer.json.get("duplicate") is True
             log.info("command reported", extra={"command_id": cid, "status": report.status, "duplicate": duplicate})
-            return Handled("duplicate" if duplicate else "reported", cid, report.status)
+            handed = answer.json.get("next") if isinstance(answer.json, dict) else None
+            following = handed[0] if isinstance(handed, list) and handed and isinstance(handed[0], dict) else None
+            return Handled("duplicate" if duplicate else "reported", cid, report.status), following
         if answer.status == 409:
             log.info("report refused: the lease was taken over", extra={"command_id": cid, "code": error_code(answer)})
-            return Handled("lease_lost", cid, report.status)
+            return Handled("lease_lost", cid, report.status), None
         log.error(
             "report refused for good",
             extra={"command_id": cid, "http_status": answer.status, "code": error_code(answer)},
         )
-        return Handled("rejected", cid, report.status)
+        return Handled("rejected", cid, report.status), None
 
     def _claim_refused(self, note: Notification, claim: ApiResponse) -> Handled:
         cid, code = note.command_id, error_code(claim)

@@ -1,0 +1,191 @@
+"""The execute hot path on PostgreSQL: eager dispatch of the next command in a report's answer, the
+reaper re-issuing an eagerly handed command whose worker died, the catalog cache never serving a
+version older than one registered before the request, and the round trips of a single execute."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pg8000.core
+import pytest
+from flask.testing import FlaskClient
+from sqlalchemy import text
+
+from noetl_cloud.control.bootstrap import ControlPlane
+from noetl_cloud.control.models import ExecuteRequest
+from noetl_cloud.settings import Settings
+from tests.integration.control_fixtures import Topics, register
+from tests.integration.replay_fixtures import chain_playbook
+
+FAN_OUT = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: fan, path: hot/fan}
+workflow:
+  - step: start
+    tool: {kind: noop, result: 0}
+    next:
+      spec: {mode: inclusive}
+      arcs: [{step: left}, {step: right}]
+  - step: left
+    tool: {kind: noop, result: 1}
+  - step: right
+    tool: {kind: noop, result: 2}
+"""
+
+
+def _claim_first(client: FlaskClient, plane: ControlPlane, execution_id: str) -> dict[str, Any]:
+    with plane.engine.connect() as conn:
+        command_id = conn.execute(
+            text("SELECT command_id FROM command WHERE execution_id = :e AND status = 'issued'"),
+            {"e": int(execution_id)},
+        ).scalar_one()
+    claimed = client.post(f"/api/commands/{command_id}/claim", json={"worker_id": "w1"})
+    assert claimed.status_code == 200, claimed.get_json()
+    return claimed.get_json()  # type: ignore[no-any-return]
+
+
+def _report(client: FlaskClient, command: dict[str, Any], *, accept_next: bool = True) -> dict[str, Any]:
+    body = {
+        "command_id": command["command_id"],
+        "worker_id": "w1",
+        "attempt": command["attempt"],
+        "status": "ok",
+        "result": {"step": command["step"]},
+        "accept_next": accept_next,
+    }
+    answer = client.post("/api/events", json=body)
+    assert answer.status_code == 200, answer.get_json()
+    return answer.get_json()  # type: ignore[no-any-return]
+
+
+def _notifications(plane: ControlPlane, command_id: str) -> int:
+    with plane.engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM outbox o JOIN event e ON e.event_id = o.event_id "
+                    "WHERE o.topic LIKE :p AND e.payload ->> 'command_id' = :c"
+                ),
+                {"p": plane.settings.command_topic_prefix + "%", "c": command_id},
+            ).scalar_one()
+        )
+
+
+def test_a_sequential_chain_hands_each_next_command_to_the_reporting_worker(
+    client: FlaskClient, plane: ControlPlane, topics: Topics
+) -> None:
+    register(client, chain_playbook("hot/chain", 3))
+    execution_id = client.post("/api/execute", json={"path": "hot/chain"}).get_json()["execution_id"]
+    command = _claim_first(client, plane, execution_id)
+    steps = [command["step"]]
+    for _ in range(2):
+        answer = _report(client, command)
+        (command,) = answer["next"]
+        assert (command["status"], command["worker_id"], command["attempt"]) == ("claimed", "w1", 1)
+        assert command["scope"]["ctx"] == {} and command["playbook"]["path"] == "hot/chain"
+        assert _notifications(plane, command["command_id"]) == 0  # no Pub/Sub hop for it
+        steps.append(command["step"])
+    last = _report(client, command)
+    assert last["next"] == [] and last["execution_status"] == "completed"
+    assert steps == ["s1", "s2", "s3"]
+    events = client.get(f"/api/executions/{execution_id}/events").get_json()["events"]
+    claimed = [e["payload"] for e in events if e["event_type"] == "command.claimed"]
+    assert [c.get("eager", False) for c in claimed] == [False, True, True]
+
+
+def test_without_accept_next_or_on_a_fan_out_every_command_goes_through_its_topic(
+    client: FlaskClient, plane: ControlPlane, topics: Topics
+) -> None:
+    register(client, chain_playbook("hot/plain", 2))
+    register(client, FAN_OUT)
+    plain = client.post("/api/execute", json={"path": "hot/plain"}).get_json()["execution_id"]
+    assert _report(client, _claim_first(client, plane, plain), accept_next=False)["next"] == []
+    fan = client.post("/api/execute", json={"path": "hot/fan"}).get_json()["execution_id"]
+    assert _report(client, _claim_first(client, plane, fan))["next"] == []
+    with plane.engine.connect() as conn:
+        issued = (
+            conn.execute(
+                text("SELECT command_id FROM command WHERE execution_id IN (:a, :b) AND status = 'issued'"),
+                {"a": int(plain), "b": int(fan)},
+            )
+            .scalars()
+            .all()
+        )
+    assert len(issued) == 3 and all(_notifications(plane, str(c)) == 1 for c in issued)
+
+
+def test_an_eagerly_handed_command_whose_worker_died_is_issued_again_by_the_reaper(
+    client: FlaskClient, plane: ControlPlane, topics: Topics
+) -> None:
+    register(client, chain_playbook("hot/dies", 2))
+    execution_id = client.post("/api/execute", json={"path": "hot/dies"}).get_json()["execution_id"]
+    (handed,) = _report(client, _claim_first(client, plane, execution_id))["next"]
+    # The worker that took it dies: nothing heartbeats, and its lease runs out.
+    with plane.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE command SET lease_expires_at = now() - interval '1 second' WHERE command_id = :c"),
+            {"c": int(handed["command_id"])},
+        )
+    reaped = client.post("/api/internal/reaper").get_json()
+    assert reaped["reissued"] == 1
+    with plane.engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT status, attempt, worker_id FROM command WHERE command_id = :c"),
+            {"c": int(handed["command_id"])},
+        ).one()
+    assert (row.status, row.attempt, row.worker_id) == ("issued", 2, None)
+    assert _notifications(plane, handed["command_id"]) == 1  # the re-issue goes through the topic
+    again = client.post(f"/api/commands/{handed['command_id']}/claim", json={"worker_id": "w2"}).get_json()
+    assert again["attempt"] == 2
+
+
+def test_the_catalog_cache_never_serves_a_version_older_than_one_registered_before_the_request(
+    client: FlaskClient, plane: ControlPlane, control_settings: Settings, topics: Topics
+) -> None:
+    register(client, chain_playbook("hot/versioned", 1))
+    first = plane.executions.start_one(ExecuteRequest(path="hot/versioned"))  # caches version 1 as latest
+    other = ControlPlane(control_settings)  # another instance of the execute role: its own cache
+    try:
+        other.catalog.register(chain_playbook("hot/versioned", 2))
+    finally:
+        other.relay.close()
+        other.engine.dispose()
+    second = plane.executions.start_one(ExecuteRequest(path="hot/versioned"))
+    versions = [client.get(f"/api/executions/{r.execution_id}").get_json()["version"] for r in (first, second)]
+    assert versions == [1, 2]
+    third = plane.executions.start_one(ExecuteRequest(path="hot/versioned"))  # the refreshed cache
+    assert client.get(f"/api/executions/{third.execution_id}").get_json()["version"] == 2
+
+
+@pytest.fixture
+def round_trips() -> Iterator[list[int]]:
+    """Counts the messages this thread flushes to PostgreSQL (one per round trip)."""
+    counted = [0]
+    original = pg8000.core._flush
+    me = threading.get_ident()
+
+    def counting(sock: Any) -> None:
+        if threading.get_ident() == me:
+            counted[0] += 1
+        original(sock)
+
+    pg8000.core._flush = counting
+    yield counted
+    pg8000.core._flush = original
+
+
+def test_a_single_execute_costs_at_most_five_round_trips(
+    client: FlaskClient, plane: ControlPlane, topics: Topics, round_trips: list[int]
+) -> None:
+    register(client, chain_playbook("hot/count", 2))
+    plane.executions.start_one(ExecuteRequest(path="hot/count"))  # warm: statements prepared, entry cached
+    plane.relay.background = True  # publishing is the relay thread's, as in the roles
+    round_trips[0] = 0
+    result = plane.executions.start_one(ExecuteRequest(path="hot/count"))
+    counted = round_trips[0]
+    assert plane.relay.flush()
+    print(f"round trips of one execute: {counted}")
+    assert result.status == "started" and 1 <= counted <= 5, counted

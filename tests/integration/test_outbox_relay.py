@@ -1,0 +1,113 @@
+"""The background outbox relay: rows committed by a request are published after it answered, and a
+process killed between its commit and its publish loses nothing (any live relay's sweep publishes
+what it left)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from flask.testing import FlaskClient
+from sqlalchemy import text
+
+from noetl_cloud.control.bootstrap import ControlPlane
+from noetl_cloud.control.models import ExecuteRequest
+from noetl_cloud.eventlog.relay import OutboxRelay
+from noetl_cloud.settings import Settings
+from tests.integration.control_fixtures import Topics, register
+from tests.integration.replay_fixtures import chain_playbook
+
+# A child execute role whose publisher never returns: it commits, answers, and dies before publishing.
+CHILD = textwrap.dedent(
+    """
+    import json, sys, threading
+    from noetl_cloud.control.bootstrap import ControlPlane
+    from noetl_cloud.control.models import ExecuteRequest
+    from noetl_cloud.settings import Settings
+
+    class Stuck:
+        def publish(self, messages):
+            threading.Event().wait()
+        def ensure_topics(self, topics):
+            pass
+
+    settings = Settings.model_validate_json(sys.argv[1])
+    plane = ControlPlane(settings, publisher_override=Stuck())
+    started = plane.executions.start_one(ExecuteRequest(path=sys.argv[2]))
+    print(json.dumps({"execution_id": started.execution_id}), flush=True)
+    threading.Event().wait()
+    """
+)
+
+
+def _statuses(plane: ControlPlane, execution_id: str) -> list[str]:
+    with plane.engine.connect() as conn:
+        return list(
+            conn.execute(
+                text(
+                    "SELECT o.status FROM outbox o JOIN event e ON e.event_id = o.event_id "
+                    "WHERE e.execution_id = :e ORDER BY o.outbox_id"
+                ),
+                {"e": int(execution_id)},
+            ).scalars()
+        )
+
+
+def test_the_relay_publishes_after_the_request_and_measures_the_delay(
+    client: FlaskClient, plane: ControlPlane, topics: Topics
+) -> None:
+    register(client, chain_playbook("relay/bg", 1))
+    relay = OutboxRelay(plane.engine, plane.publisher, background=True, topic_prefix=topics.prefix)
+    plane.executions.relay = relay
+    try:
+        started = plane.executions.start_one(ExecuteRequest(path="relay/bg"))
+        assert relay.flush(30)
+        (message,) = topics.pull("shared", 1)
+        assert json.loads(message.data)["execution_id"] == started.execution_id
+        assert set(_statuses(plane, started.execution_id or "")) == {"published"}
+        stats = relay.stats.to_dict()
+        assert stats["handed_off"] == stats["published"] == len(_statuses(plane, started.execution_id or ""))
+        assert stats["lag_ms_max"] > 0
+    finally:
+        relay.close()
+
+
+def test_a_process_killed_between_commit_and_publish_loses_nothing(
+    client: FlaskClient, plane: ControlPlane, control_settings: Settings, topics: Topics
+) -> None:
+    register(client, chain_playbook("relay/killed", 1))
+    settings = control_settings.model_copy(update={"outbox_publish": "background", "outbox_sweep_every_s": 0})
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, settings.model_dump_json(), "relay/killed"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        start_new_session=True,
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()  # the answer came before any publish (it never returns)
+        execution_id = json.loads(line)["execution_id"]  # answered: the rows are committed
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(10)
+    statuses = _statuses(plane, execution_id)
+    assert statuses and set(statuses) <= {"pending", "in_flight"}  # nothing was published
+    survivor = OutboxRelay(
+        plane.engine, plane.publisher, background=True, sweep_every_s=0.2, sweep_grace_s=0, topic_prefix=topics.prefix
+    )
+    survivor.start()
+    try:
+        (message,) = topics.pull("shared", 1)
+        assert json.loads(message.data)["execution_id"] == execution_id
+        deadline = time.monotonic() + 30
+        while set(_statuses(plane, execution_id)) != {"published"} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert set(_statuses(plane, execution_id)) == {"published"}
+    finally:
+        survivor.close()
