@@ -24,13 +24,15 @@ def _outbox_event_ids(engine: Engine) -> list[int]:
         return list(conn.execute(select(outbox.c.event_id).order_by(outbox.c.outbox_id)).scalars())
 
 
-def test_every_committed_event_has_its_outbox_row(db_engine: Engine) -> None:
+def test_every_committed_append_has_one_outbox_row_per_execution_naming_its_last_event(db_engine: Engine) -> None:
     store = PostgresEventStore(db_engine, events_topic="noetl-events")
     stream = new_stream()
     sealed = store.append(stream, [make_event(stream) for _ in range(3)])
+    sealed += store.append(stream, [make_event(stream)])
     with db_engine.connect() as conn:
         rows = conn.execute(select(outbox).order_by(outbox.c.outbox_id)).mappings().all()
-    assert [r["event_id"] for r in rows] == [int(e.event_id) for e in sealed]
+    assert [r["event_id"] for r in rows] == [int(sealed[2].event_id), int(sealed[3].event_id)]
+    assert [r["data"]["events"] for r in rows] == [3, 1]
     assert {r["topic"] for r in rows} == {"noetl-events"}
     assert all(r["status"] == "pending" and r["ordering_key"] == sealed[0].execution_id for r in rows)
     assert rows[0]["attributes"] == {"event_type": "step.done", "tenant_id": "t1", "organization_id": "o1"}

@@ -16,9 +16,11 @@ class TestInMemoryEventStore(EventStoreContract):
         return InMemoryEventStore()
 
 
-def test_memory_store_keeps_one_outbox_message_per_event() -> None:
+def test_memory_store_keeps_one_outbox_message_per_execution_per_append() -> None:
     store = InMemoryEventStore(events_topic="noetl-events")
     stream = new_stream()
     sealed = store.append(stream, [make_event(stream), make_event(stream)])
-    assert [m["event_id"] for m in store.outbox] == [int(e.event_id) for e in sealed]
+    sealed += store.append(stream, [make_event(stream)])
+    assert [m["event_id"] for m in store.outbox] == [int(sealed[1].event_id), int(sealed[2].event_id)]
+    assert [m["data"]["events"] for m in store.outbox] == [2, 1]
     assert {m["topic"] for m in store.outbox} == {"noetl-events"}

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noetl_cloud.envelope import EventEnvelope, utc_now
-from noetl_cloud.eventlog.outbox import outbox_message
+from noetl_cloud.eventlog.outbox import mirror_messages
 from noetl_cloud.eventlog.port import (
     DuplicateEventId,
     DuplicateIdempotencyKey,
@@ -51,7 +51,7 @@ class InMemoryEventStore:
             self.events.extend(sealed)
             self._keys.update(keys)
             self._ids.update(e.event_id for e in sealed)
-            self.outbox.extend(outbox_message(e, self.events_topic) for e in sealed)
+            self.outbox.extend(mirror_messages(sealed, self.events_topic))
             return sealed
 
     def stream_version(self, stream_id: str) -> int:

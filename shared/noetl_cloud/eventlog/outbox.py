@@ -1,14 +1,21 @@
-"""The outbox message that mirrors an event to the events topic (shared by every adapter)."""
+"""The outbox messages that mirror appended events to the events topic (shared by every adapter).
+
+One message per execution (or, for events of no execution, per stream) per append, naming the last
+event the append wrote there: its consumer, the projector, folds every event of the execution after
+its tracking position up to the tip whatever event a delivery names, so one notification per write
+is all it needs, and a write of six events costs one outbox row, not six.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from noetl_cloud.envelope import EventEnvelope
 
 
-def outbox_message(envelope: EventEnvelope, topic: str) -> dict[str, Any]:
-    """The outbox row that mirrors an event to the events topic."""
+def outbox_message(envelope: EventEnvelope, topic: str, events: int = 1) -> dict[str, Any]:
+    """The outbox row that mirrors ``envelope`` (the last of ``events`` appended together) to ``topic``."""
     return {
         "event_id": int(envelope.event_id),
         "topic": topic,
@@ -18,5 +25,16 @@ def outbox_message(envelope: EventEnvelope, topic: str) -> dict[str, Any]:
             "tenant_id": envelope.tenant_id,
             "organization_id": envelope.organization_id,
         },
-        "data": {"event_id": envelope.event_id, "execution_id": envelope.execution_id},
+        "data": {"event_id": envelope.event_id, "execution_id": envelope.execution_id, "events": events},
     }
+
+
+def mirror_messages(sealed: Sequence[EventEnvelope], topic: str) -> list[dict[str, Any]]:
+    """The outbox rows of one append: one per execution (or stream), for its last event, in the order
+    those last events were written."""
+    last: dict[str, tuple[int, EventEnvelope, int]] = {}
+    for position, envelope in enumerate(sealed):
+        key = envelope.execution_id or envelope.stream_id
+        count = last[key][2] + 1 if key in last else 1
+        last[key] = (position, envelope, count)
+    return [outbox_message(envelope, topic, count) for _p, envelope, count in sorted(last.values(), key=lambda t: t[0])]

@@ -26,7 +26,7 @@ from noetl_cloud.db.schema import event as event_table
 from noetl_cloud.db.schema import outbox as outbox_table
 from noetl_cloud.db.schema import stream as stream_table
 from noetl_cloud.envelope import EventEnvelope, PayloadRef, utc_now
-from noetl_cloud.eventlog.outbox import outbox_message
+from noetl_cloud.eventlog.outbox import mirror_messages
 from noetl_cloud.eventlog.port import (
     DuplicateEventId,
     DuplicateIdempotencyKey,
@@ -285,7 +285,7 @@ class PostgresEventStore:
             suffix="ON CONFLICT (idempotency_key) DO NOTHING",
             returning=("event_id",),
         )
-        messages = [outbox_message(e, self.events_topic) for e in sealed]
+        messages = mirror_messages(sealed, self.events_topic)
         written = batch.insert(
             outbox_table, messages, returning=("outbox_id", "event_id", "topic"), only_with=(inserted, "event_id")
         )

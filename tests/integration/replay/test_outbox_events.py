@@ -1,6 +1,7 @@
-"""The event outbox publisher: after its commit each writer publishes its events to the events topic
-(ordering key = execution id; attributes event_type, tenant_id, organization_id); what a failed
-publish or a crashed writer leaves is published by the sweep; nothing is published before a commit."""
+"""The event outbox publisher: after its commit each writer publishes to the events topic one message
+per execution it wrote to, naming the last event it wrote there (ordering key = execution id;
+attributes event_type, tenant_id, organization_id); what a failed publish or a crashed writer leaves
+is published by the sweep; nothing is published before a commit."""
 
 from __future__ import annotations
 
@@ -29,7 +30,19 @@ def _execution_events(plane: ControlPlane, eid: str) -> list[str]:
         return [str(r) for r in rows.scalars()]
 
 
-def test_every_writer_publishes_its_events_after_its_commit_in_log_order(
+def _mirrored(plane: ControlPlane, eid: str) -> list[str]:
+    """The events the outbox rows of an execution name, in log order."""
+    with plane.engine.connect() as conn:
+        rows = conn.execute(
+            select(outbox.c.event_id)
+            .join(event, event.c.event_id == outbox.c.event_id)
+            .where(event.c.execution_id == int(eid), outbox.c.topic.not_like("%-commands-%"))
+            .order_by(event.c.position)
+        )
+        return [str(r) for r in rows.scalars()]
+
+
+def test_every_writer_publishes_its_last_event_per_execution_after_its_commit_in_log_order(
     rclient: FlaskClient, rplane: ControlPlane, events_topic: EventsTopic
 ) -> None:
     register(rclient, chain_playbook("outbox/chain", 3))
@@ -38,17 +51,23 @@ def test_every_writer_publishes_its_events_after_its_commit_in_log_order(
     driver.run_to_end(eid)  # claim (command.claimed), report (command.*, step.*, playbook.completed)
     cancelled = driver.start("outbox/chain")
     assert rclient.post(f"/api/executions/{cancelled}/cancel", json={"reason": "test"}).status_code == 200
-    expected = {eid: _execution_events(rplane, eid), cancelled: _execution_events(rplane, cancelled)}
-    total = sum(len(ids) for ids in expected.values())
-    messages = events_topic.pull(total)
+    events = {eid: _execution_events(rplane, eid), cancelled: _execution_events(rplane, cancelled)}
+    expected = {eid: _mirrored(rplane, eid), cancelled: _mirrored(rplane, cancelled)}
+    # one per write: start, then a claim and a report per step of the three; start, then cancel
+    assert len(expected[eid]) == 1 + 2 * 3 and len(expected[cancelled]) == 2
+    messages = events_topic.pull(sum(len(ids) for ids in expected.values()))
     by_execution: dict[str, list[str]] = {}
+    counted: dict[str, int] = {}
     for message in messages:
         data = json.loads(message.data)
         assert message.ordering_key == data["execution_id"]
         assert message.attributes["tenant_id"] == "acme" and message.attributes["organization_id"] == "ops"
         assert message.attributes["event_type"]
         by_execution.setdefault(data["execution_id"], []).append(data["event_id"])
-    assert by_execution == expected  # each event once, in log order per execution (ordering key)
+        counted[data["execution_id"]] = counted.get(data["execution_id"], 0) + data["events"]
+    assert by_execution == expected  # each write once, in log order per execution (ordering key)
+    assert {e: ids[-1] for e, ids in by_execution.items()} == {e: ids[-1] for e, ids in events.items()}
+    assert counted == {e: len(ids) for e, ids in events.items()}  # every event is covered by one message
     statuses = {str(e): status for e, status in _event_rows(rplane, events_topic.name)}
     assert {statuses[i] for ids in expected.values() for i in ids} == {"published"}
 
@@ -63,8 +82,8 @@ def test_a_failed_publish_stays_pending_with_backoff_until_the_sweep_publishes_i
     publisher.delete_topic(topic=topic)  # the events topic is gone: every publish to it fails
     eid = Driver(rclient, rplane.engine).start("outbox/down")
     rows = _event_rows(rplane, events_topic.name)
-    ids = _execution_events(rplane, eid)
-    assert len(rows) >= len(ids) and {s for _e, s in rows} == {"pending"}  # none lost
+    ids = _mirrored(rplane, eid)
+    assert ids and {s for _e, s in rows} == {"pending"}  # none lost
     with rplane.engine.connect() as conn:
         backoff = conn.execute(
             text(
@@ -92,8 +111,11 @@ def test_the_sweep_publishes_what_a_crashed_writer_left_and_rows_stuck_in_flight
     rclient: FlaskClient, rplane: ControlPlane, events_topic: EventsTopic
 ) -> None:
     register(rclient, chain_playbook("outbox/crash", 1))
-    eid = Driver(rclient, rplane.engine).start("outbox/crash")
-    events_topic.pull(len(_execution_events(rplane, eid)))
+    driver = Driver(rclient, rplane.engine)
+    eid = driver.start("outbox/crash")
+    (command,) = driver.issued(eid)
+    assert driver.claim(command).status_code == 200  # a third write: catalog, start, claim
+    events_topic.pull(len(_mirrored(rplane, eid)) + 1)
     with rplane.engine.begin() as conn:
         # A writer that died after its commit (pending, never published) and a sweep that died after its
         # claim (in flight, its lease run out).
@@ -130,7 +152,8 @@ def test_nothing_is_published_for_a_transaction_that_rolled_back(
     register(rclient, chain_playbook("outbox/rollback", 2))
     driver = Driver(rclient, rplane.engine)
     eid = driver.start("outbox/rollback")
-    before = len(events_topic.pull(len(_execution_events(rplane, eid))))
+    events_topic.pull(len(_mirrored(rplane, eid)))
+    before = len(_execution_events(rplane, eid))
     (command,) = driver.issued(eid)
     assert driver.claim(command).status_code == 200
     events_topic.pull(1)
