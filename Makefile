@@ -51,6 +51,7 @@ lint: $(STAMP)
 ## docs/performance.md and docs/performance.png (bench/report.py).
 bench: $(STAMP) prerequisites
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
+	@$(BIN)/python -c "import procrastinate" 2>/dev/null || $(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'  # bench/peers.py's peer
 	$(BIN)/noetl-cloud local up
 	$(BIN)/python bench/report.py
 

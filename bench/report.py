@@ -36,10 +36,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # Order: the cheap in-process figures first, the ones that start roles and load the emulators last.
-BENCHES = ("ids", "engine", "execute", "ingress", "distributed", "frames", "spool", "replay", "runtime", "coldstart")
+BENCHES = (
+    "ids", "engine", "execute", "ingress", "distributed", "frames", "spool", "replay", "runtime", "coldstart", "peers"
+)  # fmt: skip
 _RATIO = re.compile(
     r"^(?P<name>[A-Za-z][\w .()+-]*? ratio(?: \([^)]*\))?):\s*(?P<value>[0-9]+(?:\.[0-9]+)?)(?P<rest>.*)$"
 )
+# bench/peers.py (ours against a peer): ``ratio start: 0.41``, ``latency ratio chain_step: 12.9``.
+_PEER_RATIO = re.compile(r"^(?P<name>(?:latency )?ratio [a-z_]+):\s*(?P<value>[0-9]+(?:\.[0-9]+)?)(?P<rest>.*)$")
 _GOAL = re.compile(r"(?:goal|target)\s*(?P<op>>=|<=|≥|≤)\s*(?P<value>[0-9.]+)")
 _FRAMES_MODE = re.compile(
     r"^process: (?P<mode>row|frame), max_rows: \d+: .*?wall (?P<wall>[0-9.]+) s, .*?= (?P<events>\d+) events"
@@ -81,7 +85,7 @@ def parse_ratios(output: str) -> list[Ratio]:
     """Every ``<name> ratio: <value>`` line, with the goal the line names, if any."""
     found = []
     for line in output.splitlines():
-        match = _RATIO.match(line.strip())
+        match = _RATIO.match(line.strip()) or _PEER_RATIO.match(line.strip())
         if not match:
             continue
         goal = _GOAL.search(match.group("rest"))

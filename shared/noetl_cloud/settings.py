@@ -77,6 +77,8 @@ class Settings(BaseModel):
     # crashed process left every ``outbox_sweep_every_s`` seconds (0: only the scheduled sweep).
     outbox_publish: Literal["background", "inline"] = "background"
     outbox_sweep_every_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
+    # How long the relay thread waits for more requests' rows before one Publish (bounds the added delay).
+    outbox_linger_ms: Annotated[float, Field(ge=0, le=1000)] = 5.0
 
     # Distributed execution: how long a claim holds without a heartbeat, how often a command is
     # issued before it fails with ``lease_expired``.

@@ -109,6 +109,8 @@ class OutboxRelay:
         max_queued: int = 20_000,
         sweep_every_s: float = 0.0,
         sweep_grace_s: float = 30.0,
+        linger_s: float = 0.005,
+        max_batch_rows: int = 1000,
         topic_prefix: str = "noetl-commands-",
     ) -> None:
         self.engine = engine
@@ -117,6 +119,8 @@ class OutboxRelay:
         self.max_queued = max_queued
         self.sweep_every_s = sweep_every_s
         self.sweep_grace_s = sweep_grace_s  # how old a pending row is before the relay's sweep takes it
+        self.linger_s = linger_s  # how long the thread waits for more rows before it publishes a batch
+        self.max_batch_rows = max_batch_rows
         self.topic_prefix = topic_prefix
         self.stats = RelayStats()
         self._queue: queue.Queue[tuple[float, Sequence[OutboxRow]]] = queue.Queue()
@@ -182,9 +186,12 @@ class OutboxRelay:
                 batches = [self._queue.get(timeout=wait)]
             except queue.Empty:
                 batches = []
-            while True:
+            # Linger a moment so the rows of the requests being answered now go in the same Publish
+            # and the same mark-published statement (fewer requests, less CPU on both sides).
+            linger_until = time.monotonic() + self.linger_s
+            while batches and sum(len(b) for _t, b in batches) < self.max_batch_rows:
                 try:
-                    batches.append(self._queue.get_nowait())
+                    batches.append(self._queue.get(timeout=max(0.0, linger_until - time.monotonic())))
                 except queue.Empty:
                     break
             if batches:
@@ -269,6 +276,7 @@ def relay_for(engine: Engine, publisher: Publisher, settings: Settings) -> Outbo
         publisher,
         background=settings.outbox_publish == "background",
         sweep_every_s=settings.outbox_sweep_every_s,
+        linger_s=settings.outbox_linger_ms / 1000,
         topic_prefix=settings.command_topic_prefix,
     )
 
