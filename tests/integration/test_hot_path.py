@@ -104,17 +104,39 @@ def test_without_accept_next_or_on_a_fan_out_every_command_goes_through_its_topi
     plain = client.post("/api/execute", json={"path": "hot/plain"}).get_json()["execution_id"]
     assert _report(client, _claim_first(client, plane, plain), accept_next=False)["next"] == []
     fan = client.post("/api/execute", json={"path": "hot/fan"}).get_json()["execution_id"]
-    assert _report(client, _claim_first(client, plane, fan))["next"] == []
+    (handed,) = _report(client, _claim_first(client, plane, fan))["next"]
     with plane.engine.connect() as conn:
-        issued = (
+        new = (
             conn.execute(
-                text("SELECT command_id FROM command WHERE execution_id IN (:a, :b) AND status = 'issued'"),
+                text(
+                    "SELECT command_id FROM command WHERE execution_id IN (:a, :b) AND step <> 's1' AND step <> 'start'"
+                ),
                 {"a": int(plain), "b": int(fan)},
             )
             .scalars()
             .all()
         )
-    assert len(issued) == 3 and all(_notifications(plane, str(c)) == 1 for c in issued)
+    assert len(new) == 3 and all(_notifications(plane, str(c)) == 1 for c in new)  # each through its topic
+    # Two branches are not a chain: the answer hands the oldest command waiting in the pool, the plain
+    # chain's second step, issued (and notified) before the fan-out's branches.
+    assert (handed["execution_id"], handed["step"], handed["worker_id"]) == (plain, "s2", "w1")
+
+
+def test_a_worker_with_no_next_step_of_its_own_gets_the_oldest_command_waiting_in_its_pool(
+    client: FlaskClient, plane: ControlPlane, topics: Topics
+) -> None:
+    register(client, chain_playbook("hot/one", 1))
+    elsewhere = client.post("/api/execute", json={"path": "hot/one", "execution_pool": "iot"}).get_json()
+    waiting = [client.post("/api/execute", json={"path": "hot/one"}).get_json()["execution_id"] for _ in range(2)]
+    first = _claim_first(client, plane, waiting[0])
+    answer = _report(client, first)
+    assert answer["execution_status"] == "completed"
+    (handed,) = answer["next"]  # the other execution's command, not the iot pool's
+    assert (handed["execution_id"], handed["status"], handed["execution_pool"]) == (waiting[1], "claimed", "shared")
+    refused = client.post(f"/api/commands/{handed['command_id']}/claim", json={"worker_id": "w2"})
+    assert refused.status_code == 409  # its notification, when it comes, finds it taken
+    assert _report(client, handed)["next"] == []  # nothing left in the shared pool
+    assert client.get(f"/api/executions/{elsewhere['execution_id']}").get_json()["status"] == "started"
 
 
 def test_an_eagerly_handed_command_whose_worker_died_is_issued_again_by_the_reaper(

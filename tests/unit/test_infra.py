@@ -218,6 +218,20 @@ def test_the_subscription_runtime_keeps_an_instance_with_cpu_and_is_probed_on_he
     assert service["scaling"]["min_instances"] == "${var.roles[each.value.role].min_instances}"
 
 
+def test_the_roles_that_publish_after_answering_keep_their_cpu_between_requests() -> None:
+    """execute and frames hand committed outbox rows to a relay thread and answer (docs/architecture.md):
+    Cloud Run must not throttle their CPU once the response is sent."""
+    roles = _roles()
+    assert roles["execute"]["cpu_idle"] is False and roles["frames"]["cpu_idle"] is False
+    validations = dict(_blocks(STACK / "variables.tf", "variable"))["roles"]["validation"]
+    assert any(
+        '["execute", "frames"]' in v["condition"] and "NOETL_OUTBOX_PUBLISH" in v["condition"] for v in validations
+    )
+    for env in ("dev", "prod"):
+        example = hcl2.loads((INFRA / "environments" / env / "terraform.tfvars.example").read_text())
+        assert example["roles"]["execute"]["cpu_idle"] is False and example["roles"]["frames"]["cpu_idle"] is False
+
+
 def test_firestore_access_is_conditioned_on_the_one_database() -> None:
     grants = [b for t, _n, b in _resources(MODULES / "iam" / "main.tf") if b.get("role") == "roles/datastore.user"]
     assert len(grants) == 1

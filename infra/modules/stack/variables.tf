@@ -51,7 +51,8 @@ variable "roles" {
   nullable = false
   default = {
     execute = {
-      ingress = "INGRESS_TRAFFIC_ALL"
+      ingress  = "INGRESS_TRAFFIC_ALL"
+      cpu_idle = false
     }
     ingress = {
       ingress     = "INGRESS_TRAFFIC_ALL"
@@ -67,7 +68,8 @@ variable "roles" {
       concurrency = 20
     }
     frames = {
-      ingress = "INGRESS_TRAFFIC_ALL"
+      ingress  = "INGRESS_TRAFFIC_ALL"
+      cpu_idle = false
     }
     spool_drainer = {
       ingress         = "INGRESS_TRAFFIC_ALL"
@@ -90,6 +92,11 @@ variable "roles" {
   validation {
     condition     = contains(keys(var.roles), "execute")
     error_message = "The execute role (the control plane) is always deployed."
+  }
+
+  validation {
+    condition     = alltrue([for r in ["execute", "frames"] : !contains(keys(var.roles), r) || !try(var.roles[r].cpu_idle, true) || try(var.roles[r].env["NOETL_OUTBOX_PUBLISH"], "background") == "inline"])
+    error_message = "execute and frames publish committed outbox rows from a relay thread after they answer (docs/architecture.md): cpu_idle = false, or env NOETL_OUTBOX_PUBLISH = \"inline\"."
   }
 
   validation {

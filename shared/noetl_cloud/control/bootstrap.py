@@ -35,7 +35,9 @@ class ControlPlane:
 
     @cached_property
     def engine(self) -> Engine:
-        return create_db_engine(self.settings)
+        # Generic plans where they cost no more: the write statements of the hot path plan nothing
+        # that depends on the data (the outbox's marks and sweeps ask for custom plans themselves).
+        return create_db_engine(self.settings, plan_cache_mode="auto")
 
     @cached_property
     def ids(self) -> SnowflakeGenerator:

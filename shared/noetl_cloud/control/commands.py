@@ -65,6 +65,21 @@ class CommandAccess:
         self.relay.hand_off(rows)
         return document
 
+    def claim_queued(self, pool: str, worker_id: str) -> dict[str, Any] | None:
+        """Claim the oldest command waiting in ``pool`` for ``worker_id`` (its notification, when it
+        arrives, finds it claimed); its document, or ``None`` when none is waiting. A command of an
+        ended execution is left for the claim that cancels it."""
+        tenant, org = self.tenant
+        rows: list[OutboxRow] = []
+        with self.engine.begin() as conn:
+            command_id = conn.execute(
+                _CLAIM_QUEUED,
+                {"pool": pool, "worker": worker_id, "lease": self.lease_s, "t": tenant, "o": org},
+            ).scalar()
+            document = self._claimed(conn, command_id, worker_id, rows) if command_id is not None else None
+        self.relay.hand_off(rows)
+        return document
+
     def _claimed(self, conn: Connection, command_id: int, worker_id: str, outbox: list[OutboxRow]) -> dict[str, Any]:
         """The document of a command just claimed, after its ``command.claimed`` event."""
         tenant, org = self.tenant
@@ -207,3 +222,14 @@ class CommandAccess:
                 details={"execution_status": row.execution_status},
             )
         return {"command_id": str(command_id), "lease_expires_at": row.lease_expires_at.isoformat()}
+
+
+_CLAIM_QUEUED = text(
+    "UPDATE command c SET status = 'claimed', worker_id = :worker, updated_at = now(), "
+    "lease_expires_at = now() + make_interval(secs => :lease) "
+    "WHERE c.command_id = (SELECT q.command_id FROM command q WHERE q.status = 'issued' AND q.tenant_id = :t "
+    "  AND q.organization_id = :o AND q.execution_pool = :pool ORDER BY q.command_id LIMIT 1 FOR UPDATE SKIP LOCKED) "
+    "AND c.status = 'issued' AND EXISTS (SELECT 1 FROM execution e "
+    "  WHERE e.execution_id = c.execution_id AND e.status NOT IN ('completed', 'failed', 'cancelled')) "
+    "RETURNING c.command_id"
+)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, text
 
 from noetl_cloud.control.turn import ExecState, Turn
+from noetl_cloud.db.engine import CUSTOM_PLANS
 from noetl_cloud.engine.model import StepPlan
 from noetl_cloud.engine.templates import Renderer
 from noetl_cloud.envelope import EventFactory
@@ -118,6 +119,7 @@ class Reaper:
         The number sent."""
         tenant, org = self.tenant
         with self.engine.begin() as conn:
+            conn.execute(CUSTOM_PLANS)  # which commands are stale depends on the data
             rows = [
                 OutboxRow(r.outbox_id, r.topic, r.data, r.attributes, r.ordering_key)
                 for r in conn.execute(

@@ -39,8 +39,9 @@ class WorkerReport(BaseModel):
     error: dict[str, Any] | None = None
     ctx_patch: list[PatchOp] = Field(default_factory=list, max_length=MAX_REPORTED_EVENTS)
     events: list[ReportedEvent] = Field(default_factory=list, max_length=MAX_REPORTED_EVENTS)
-    # Eager dispatch: the worker will run the next command itself when this report issues exactly
-    # one; the answer's ``next`` then holds it, already claimed for this worker (no Pub/Sub hop).
+    # Eager dispatch: the worker will run the next command itself. The answer's ``next`` holds one,
+    # already claimed for it (no Pub/Sub hop): the one command this report issued when it issued
+    # exactly one, else the oldest command waiting in the execution's pool, if any.
     accept_next: bool = False
 
 

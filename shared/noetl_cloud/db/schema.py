@@ -198,6 +198,14 @@ command = Table(
     CheckConstraint("kind IN ('step', 'iteration')", name="kind_known"),
     Index(None, "execution_id"),
     Index(None, "lease_expires_at", postgresql_where=text("status IN ('claimed', 'started')")),
+    Index(
+        "ix_command_issued",
+        "tenant_id",
+        "organization_id",
+        "execution_pool",
+        "command_id",
+        postgresql_where=text("status = 'issued'"),
+    ),
 )
 
 # One loop step run (DSL §7): its collection, the iteration commands in flight, the results by

@@ -29,6 +29,7 @@ from typing import Any
 
 from sqlalchemy import Engine, TextClause, text
 
+from noetl_cloud.db.engine import CUSTOM_PLANS
 from noetl_cloud.envelope import canonical_json
 from noetl_cloud.messaging.port import OutboundMessage, Publisher
 from noetl_cloud.settings import Settings
@@ -235,6 +236,7 @@ class OutboxRelay:
         ok = [row.outbox_id for row, server_id in zip(rows, results, strict=True) if server_id is not None]
         failed = [row.outbox_id for row, server_id in zip(rows, results, strict=True) if server_id is None]
         with self.engine.begin() as conn:
+            conn.execute(CUSTOM_PLANS)
             if ok:
                 conn.execute(_MARK_PUBLISHED, {"ids": ok})
             if failed:
@@ -261,6 +263,7 @@ class OutboxRelay:
     def _sweep(self, claim: TextClause, pattern: str, limit: int, grace_s: float, lease_s: float) -> tuple[int, int]:
         params = {"pattern": pattern, "limit": limit, "grace_s": grace_s, "lease_s": lease_s}
         with self.engine.begin() as conn:
+            conn.execute(CUSTOM_PLANS)
             claimed = [
                 OutboxRow(r.outbox_id, r.topic, r.data, r.attributes, r.ordering_key)
                 for r in conn.execute(claim, params)
