@@ -3,8 +3,8 @@
 Baseline: ``pgbench -n -c 4 -j 2 -T 15`` on the same PostgreSQL, each transaction a one-row INSERT
 of a ~300-byte JSONB row. Then the execute role runs under gunicorn on loopback (the command line
 of functions/execute/main.py) and is driven with single requests and with batches of 100 and 500.
-Each execution writes about eight rows (execution, stream head, two events, command, three outbox
-rows) and publishes one command notification to the Pub/Sub emulator.
+Each execution writes eight rows (execution, stream head, three events, command, the command
+notification's outbox row and one events-mirror row) and publishes two messages to the Pub/Sub emulator.
 
     make up && .venv/bin/python bench/execute.py [--seconds 15]
 
