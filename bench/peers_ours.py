@@ -25,6 +25,9 @@ from pathlib import Path
 
 from google.api_core.exceptions import GoogleAPICallError
 
+from distributed import PLAYBOOK as CHAIN  # the 3-step noop chain of bench/distributed.py
+from ingress import PLAYBOOK as NOOP  # bench/ingress.py's noop playbook and its HMAC listener
+from ingress import SUBSCRIPTION as LISTENER
 from noetl_cloud.local import components
 from noetl_cloud.local.process import gunicorn_argv, port_open, stop_group, wait_until
 from peers_common import (
@@ -48,36 +51,6 @@ PROJECT = "noetl-local"
 DATABASE = "bench_peers_ours"
 PORTS = {"execute": 15521, "worker": 15522, "ingress": 15523}
 EMULATOR_PORT = 15525
-NOOP = (
-    "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: noop, path: bench/noop}\n"
-    "workflow:\n  - step: start\n    tool: {kind: noop}\n"
-)
-CHAIN = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: three, path: bench/three}
-workflow:
-  - step: start
-    tool: {kind: noop, result: 1}
-    next: [{step: middle}]
-  - step: middle
-    tool: {kind: noop, result: 2}
-    next: [{step: last}]
-  - step: last
-    tool: {kind: noop, result: 3}
-"""
-LISTENER = """\
-apiVersion: noetl.io/v1
-kind: Subscription
-metadata: {name: bench, path: subscriptions/bench}
-spec:
-  source: webhook
-  mode: push
-  ingress:
-    gateway_path: /ingress/bench
-    verify: {type: hmac_sha256, header: x-signature, secret: bench}
-  dispatch: {playbook: bench/noop, payload_from: message.json}
-"""
 CHAINS = "SELECT extract(epoch FROM ended_at - created_at) FROM execution WHERE execution_id = ANY(%s)"
 ENDED = "SELECT count(*) FROM execution WHERE execution_id = ANY(%s) AND status IN ('completed', 'failed', 'cancelled')"
 STEPS = (
