@@ -44,6 +44,14 @@ _RATIO = re.compile(
 )
 # bench/peers.py (ours against a peer): ``ratio start: 0.41``, ``latency ratio chain_step: 12.9``.
 _PEER_RATIO = re.compile(r"^(?P<name>(?:latency )?ratio [a-z_]+):\s*(?P<value>[0-9]+(?:\.[0-9]+)?)(?P<rest>.*)$")
+# Its lines carry no goal (their form is fixed); the goals of issue #20's acceptance.
+_PEER_GOALS = {
+    "ratio start": (">=", 0.5),
+    "ratio batch": (">=", 0.5),
+    "ratio chain": (">=", 0.5),
+    "ratio webhook": (">=", 0.5),
+    "latency ratio chain_step": ("<=", 1.5),
+}
 _GOAL = re.compile(r"(?:goal|target)\s*(?P<op>>=|<=|≥|≤)\s*(?P<value>[0-9.]+)")
 _FRAMES_MODE = re.compile(
     r"^process: (?P<mode>row|frame), max_rows: \d+: .*?wall (?P<wall>[0-9.]+) s, .*?= (?P<events>\d+) events"
@@ -89,14 +97,12 @@ def parse_ratios(output: str) -> list[Ratio]:
         if not match:
             continue
         goal = _GOAL.search(match.group("rest"))
-        found.append(
-            Ratio(
-                match.group("name"),
-                float(match.group("value")),
-                float(goal.group("value")) if goal else None,
-                goal.group("op") if goal else ">=",
-            )
+        op, target = (
+            (goal.group("op"), float(goal.group("value")))
+            if goal
+            else _PEER_GOALS.get(match.group("name"), (">=", None))
         )
+        found.append(Ratio(match.group("name"), float(match.group("value")), target, op))
     return found
 
 

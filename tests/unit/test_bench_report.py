@@ -34,6 +34,20 @@ def test_ratio_lines_are_read_with_the_goal_they_name() -> None:
     assert ratios["ingress ratio"].goal is None and ratios["ingress ratio"].met is None
 
 
+def test_the_peer_ratio_lines_are_read_with_the_goals_of_the_hot_path() -> None:
+    output = (
+        "ratio start: 0.42\nratio batch: 0.61\nratio chain: 0.27\nratio webhook: 0.33\nlatency ratio chain_step: 1.49\n"
+    )
+    ratios = {r.name: r for r in parse_ratios(output)}
+    assert {name: (r.value, r.op, r.goal, r.met) for name, r in ratios.items()} == {
+        "ratio start": (0.42, ">=", 0.5, False),
+        "ratio batch": (0.61, ">=", 0.5, True),
+        "ratio chain": (0.27, ">=", 0.5, False),
+        "ratio webhook": (0.33, ">=", 0.5, False),
+        "latency ratio chain_step": (1.49, "<=", 1.5, True),
+    }
+
+
 def test_lines_that_only_mention_a_ratio_are_not_figures() -> None:
     assert parse_ratios("ratio to baseline: 11.1x the direct tool call\nthe ratio: n/a\n") == []
     assert [r.name for r in parse_ratios("ids ratio (4 threads): 0.34\n")] == ["ids ratio (4 threads)"]
