@@ -210,6 +210,12 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         """Re-issue commands whose claim lease expired (Cloud Scheduler, every minute)."""
         return plane.orchestrator.reap()
 
+    @app.get("/api/internal/outbox/relay")
+    def outbox_relay() -> dict[str, Any]:
+        """This instance's outbox relay: rows handed off, published and left to the sweep, and the delay
+        from a request's commit to the end of its publish (``lag_ms_last``, ``lag_ms_max``)."""
+        return plane.relay.report()
+
     @app.post("/api/internal/outbox/sweep")
     def sweep() -> dict[str, Any]:
         """Publish command notifications a failed or crashed writer left (Cloud Scheduler)."""

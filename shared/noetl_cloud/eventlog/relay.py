@@ -148,6 +148,18 @@ class OutboxRelay:
             self._queued_rows += len(rows)
         self._queue.put((time.monotonic(), rows))
 
+    def report(self) -> dict[str, Any]:
+        """What this process's relay did and holds now (``GET /api/internal/outbox/relay``)."""
+        with self._lock:
+            queued = self._queued_rows
+        return {
+            "background": self.background,
+            "queued_rows": queued,
+            "linger_ms": self.linger_s * 1000,
+            "sweep_every_s": self.sweep_every_s,
+            **self.stats.to_dict(),
+        }
+
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every row handed off so far is published (or left pending); true when done."""
         deadline = time.monotonic() + timeout
