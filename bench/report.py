@@ -241,6 +241,13 @@ def render(results: list[Result], facts: list[tuple[str, str]], image: str | Non
             mark = {True: "met", False: "**missed**", None: ""}[q.met]
             out.append(f"| {r.name} | {q.name} | {q.value:g} | {goal} | {mark} |")
         out += [f"| {r.name} | {line.replace('|', '/')} | | | |" for line in r.goals]
+    missed = sorted({r.name for r in results for q in r.ratios if q.met is False})
+    if missed:
+        out += [
+            "",
+            f"Missed goals ({', '.join(missed)}): where each such path's floor is, with its profile and what "
+            "would move it, is in [performance-notes.md](performance-notes.md) under that benchmark's heading.",
+        ]
     if image:
         out += ["", f"![ratios and frame modes]({image})"]
     for r in results:
