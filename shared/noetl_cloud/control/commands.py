@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, TextClause, text
 
 from noetl_cloud.control.turn import ENDED, OPEN
 from noetl_cloud.engine.model import StepPlan
@@ -47,14 +47,7 @@ class CommandAccess:
         rows: list[OutboxRow] = []
         with self.engine.begin() as conn:
             row = conn.execute(
-                text(
-                    "UPDATE command c SET status = 'claimed', worker_id = :worker, updated_at = now(), "
-                    "lease_expires_at = now() + make_interval(secs => :lease) "
-                    "WHERE c.command_id = :id AND c.tenant_id = :t AND c.organization_id = :o "
-                    "AND c.status = 'issued' AND EXISTS (SELECT 1 FROM execution e "
-                    "  WHERE e.execution_id = c.execution_id AND e.status NOT IN ('completed', 'failed', 'cancelled')) "
-                    "RETURNING c.command_id"
-                ),
+                _CLAIM,
                 {"id": command_id, "worker": worker_id, "lease": self.lease_s, "t": tenant, "o": org},
             ).first()
             refusal = self._refusal(conn, command_id) if row is None else None
@@ -224,12 +217,20 @@ class CommandAccess:
         return {"command_id": str(command_id), "lease_expires_at": row.lease_expires_at.isoformat()}
 
 
-_CLAIM_QUEUED = text(
-    "UPDATE command c SET status = 'claimed', worker_id = :worker, updated_at = now(), "
-    "lease_expires_at = now() + make_interval(secs => :lease) "
-    "WHERE c.command_id = (SELECT q.command_id FROM command q WHERE q.status = 'issued' AND q.tenant_id = :t "
-    "  AND q.organization_id = :o AND q.execution_pool = :pool ORDER BY q.command_id LIMIT 1 FOR UPDATE SKIP LOCKED) "
-    "AND c.status = 'issued' AND EXISTS (SELECT 1 FROM execution e "
-    "  WHERE e.execution_id = c.execution_id AND e.status NOT IN ('completed', 'failed', 'cancelled')) "
-    "RETURNING c.command_id"
+def _claim(which: str) -> TextClause:
+    """``issued → claimed`` for ``:worker`` of the command ``which`` names, while its execution lives."""
+    return text(
+        "UPDATE command c SET status = 'claimed', worker_id = :worker, updated_at = now(), "
+        "lease_expires_at = now() + make_interval(secs => :lease) "
+        f"WHERE c.command_id = {which} AND c.status = 'issued' AND EXISTS (SELECT 1 FROM execution e "
+        "  WHERE e.execution_id = c.execution_id AND e.status NOT IN ('completed', 'failed', 'cancelled')) "
+        "RETURNING c.command_id"
+    )
+
+
+_CLAIM = _claim(":id AND c.tenant_id = :t AND c.organization_id = :o")
+# The oldest command waiting in a pool (the partial index ix_command_issued).
+_CLAIM_QUEUED = _claim(
+    "(SELECT q.command_id FROM command q WHERE q.status = 'issued' AND q.tenant_id = :t "
+    "  AND q.organization_id = :o AND q.execution_pool = :pool ORDER BY q.command_id LIMIT 1 FOR UPDATE SKIP LOCKED)"
 )
