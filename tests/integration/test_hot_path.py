@@ -5,6 +5,7 @@ version older than one registered before the request, and the round trips of a s
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -211,3 +212,44 @@ def test_a_single_execute_costs_at_most_five_round_trips(
     assert plane.relay.flush()
     print(f"round trips of one execute: {counted}")
     assert result.status == "started" and 1 <= counted <= 5, counted
+
+
+def test_a_report_that_waited_for_its_execution_counts_what_the_lock_holder_committed(
+    client: FlaskClient, plane: ControlPlane, topics: Topics
+) -> None:
+    """Two branches end at once: the second report waits for the execution's lock while the first
+    ends its command; once the lock is its, it must count the commands still open afresh, or the
+    execution, counted one command too many, never ends."""
+    register(client, FAN_OUT)
+    execution_id = client.post("/api/execute", json={"path": "hot/fan"}).get_json()["execution_id"]
+    assert _report(client, _claim_first(client, plane, execution_id), accept_next=False)["next"] == []
+    with plane.engine.connect() as conn:
+        branches = dict(
+            conn.execute(
+                text("SELECT step, command_id FROM command WHERE execution_id = :e AND status = 'issued'"),
+                {"e": int(execution_id)},
+            ).all()
+        )
+    left, right = (
+        client.post(f"/api/commands/{branches[s]}/claim", json={"worker_id": "w1"}).get_json()
+        for s in ("left", "right")
+    )
+    answers: list[dict[str, Any]] = []
+    with plane.engine.connect() as holder:
+        holder.execute(text("SELECT 1 FROM execution WHERE execution_id = :e FOR UPDATE"), {"e": int(execution_id)})
+        reporter = threading.Thread(target=lambda: answers.append(_report(client, right, accept_next=False)))
+        reporter.start()
+        with plane.engine.connect() as watcher:  # until the report waits for the lock the holder has
+            waiting = text(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            deadline = time.monotonic() + 30
+            while watcher.execute(waiting).scalar_one() == 0 and time.monotonic() < deadline:
+                time.sleep(0.02)
+        # What the left branch's report does to the command table while it holds the lock: its command ends.
+        holder.execute(
+            text("UPDATE command SET status = 'completed' WHERE command_id = :c"), {"c": int(left["command_id"])}
+        )
+        holder.commit()
+        reporter.join(30)
+    assert answers and answers[0]["execution_status"] == "completed"

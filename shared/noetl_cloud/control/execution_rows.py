@@ -73,7 +73,6 @@ class ExecutionRows:
             error=row.error,
             version=row.version,
             parent_iter=row.parent_iter,
-            open_commands=row.open_commands,
         )
 
     def write(self, conn: Connection, turn: Turn, *, new_stream: bool = False) -> list[OutboxRow]:
@@ -148,9 +147,7 @@ class ExecutionRows:
 
 _EXECUTION_COLUMNS = (
     "SELECT e.execution_id, e.execution_pool, e.path, e.catalog_id, e.trace, e.workload, e.ctx, e.results, "
-    "e.tokens_fired, e.status, e.error, e.version, e.meta -> 'parent_iter' AS parent_iter, "
-    "(SELECT count(*) FROM command o WHERE o.execution_id = e.execution_id "
-    " AND o.status IN ('issued', 'claimed', 'started')) AS open_commands FROM execution e "
+    "e.tokens_fired, e.status, e.error, e.version, e.meta -> 'parent_iter' AS parent_iter FROM execution e "
 )
 _LOCK_EXECUTION = text(
     _EXECUTION_COLUMNS + "WHERE e.execution_id = :id AND e.tenant_id = :t AND e.organization_id = :o FOR UPDATE OF e"

@@ -251,11 +251,21 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
 
     @staticmethod
     def _lock_command(conn: Connection, command_id: int) -> Any:
+        """Lock a command, with the number of its execution's open commands (``open_commands``).
+
+        Called with the execution's row locked, and counted by this statement, not by the one that
+        took that lock: a statement that waited for a row lock keeps the snapshot it started with, so a
+        count taken there can miss what the lock's previous holder committed (a parallel branch's report
+        ending its command), and an execution counted one command too many never ends. Every change of
+        a command into or out of the open states happens under its execution's lock, so this count is
+        exact until the commit."""
         return conn.execute(
             text(
                 "SELECT command_id, execution_id, kind, step, status, attempt, max_attempts, worker_id, args, "
-                "step_run_id, iteration, lease_expires_at < now() AS expired FROM command "
-                "WHERE command_id = :id FOR UPDATE"
+                "step_run_id, iteration, lease_expires_at < now() AS expired, "
+                "(SELECT count(*) FROM command o WHERE o.execution_id = command.execution_id "
+                " AND o.status IN ('issued', 'claimed', 'started')) AS open_commands "
+                "FROM command WHERE command_id = :id FOR UPDATE"
             ),
             {"id": command_id},
         ).one()
@@ -315,7 +325,7 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
                 plan, cmd.args, str(cmd.step_run_id), "step.done" if status == "ok" else "step.failed", result, error
             )
         turn.drain()
-        turn.close(state.open_commands - 1)  # less the command that just ended (it was claimed or started)
+        turn.close(cmd.open_commands - 1)  # less the command that just ended (it was claimed or started)
 
     @staticmethod
     def _loop(conn: Connection, step_run_id: int) -> dict[str, Any]:

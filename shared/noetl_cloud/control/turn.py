@@ -52,7 +52,6 @@ class ExecState:
     error: dict[str, Any] | None = None
     version: int | None = None  # the playbook's catalog version
     parent_iter: Any = None  # meta.parent_iter of a child started inside a loop iteration
-    open_commands: int = 0  # commands issued, claimed or started when the row was locked
 
     @property
     def ended(self) -> bool:
