@@ -306,10 +306,6 @@ class CatalogService:
         with self.engine.connect() as conn:
             return self.read(conn, (path, version, None))
 
-    def get_by_id(self, catalog_id: int) -> CatalogEntry:
-        with self.engine.connect() as conn:
-            return self.read(conn, (None, None, str(catalog_id)))
-
     def read(self, conn: Connection, key: CatalogKey) -> CatalogEntry:
         """The entry ``key`` names (by id, by path and version, or the latest of a path), read on
         ``conn``, and remembered in :attr:`cache`; :class:`NotFound` (``catalog_not_found``)."""

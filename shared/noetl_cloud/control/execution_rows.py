@@ -75,7 +75,7 @@ class ExecutionRows:
             parent_iter=row.parent_iter,
         )
 
-    def write(self, conn: Connection, turn: Turn, *, new_stream: bool = False) -> list[OutboxRow]:
+    def write(self, conn: Connection, turn: Turn) -> list[OutboxRow]:
         """Write one turn of an existing execution: state, events, commands, loops, notifications, in one
         statement after the stream head's bump (two round trips)."""
         s = turn.state
@@ -122,13 +122,6 @@ class ExecutionRows:
             self.store.append_to(conn, batch, turn.stream, turn.events, outbox=rows)
         self.write_rows_to(batch, [turn], rows)
         run_batch(conn, batch)
-        return rows
-
-    def write_rows(self, conn: Connection, turns: Sequence[Turn]) -> list[OutboxRow]:
-        """Insert the new loop runs, commands and notification outbox rows of ``turns`` in one statement."""
-        batch, rows = InsertBatch(), list[OutboxRow]()
-        self.write_rows_to(batch, turns, rows)
-        batch.execute(conn)
         return rows
 
     @staticmethod

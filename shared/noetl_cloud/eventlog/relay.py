@@ -24,7 +24,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sqlalchemy import Engine, TextClause, text
@@ -85,7 +85,8 @@ _CLAIM_EVENTS = _claim("topic NOT LIKE :pattern")
 @dataclass
 class RelayStats:
     """What this process's relay did: rows handed off, published, left to the sweep, and the delay
-    from hand-off (just after the commit) to the end of the publish, in milliseconds."""
+    from hand-off (just after the commit) to the end of the publish, in milliseconds. Read and
+    written under the relay's lock."""
 
     handed_off: int = 0
     published: int = 0
@@ -93,11 +94,6 @@ class RelayStats:
     swept: int = 0
     lag_ms_last: float = 0.0
     lag_ms_max: float = 0.0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        with self._lock:
-            return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
 
 class OutboxRelay:
@@ -151,14 +147,13 @@ class OutboxRelay:
     def report(self) -> dict[str, Any]:
         """What this process's relay did and holds now (``GET /api/internal/outbox/relay``)."""
         with self._lock:
-            queued = self._queued_rows
-        return {
-            "background": self.background,
-            "queued_rows": queued,
-            "linger_ms": self.linger_s * 1000,
-            "sweep_every_s": self.sweep_every_s,
-            **self.stats.to_dict(),
-        }
+            return {
+                "background": self.background,
+                "queued_rows": self._queued_rows,
+                "linger_ms": self.linger_s * 1000,
+                "sweep_every_s": self.sweep_every_s,
+                **asdict(self.stats),
+            }
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every row handed off so far is published (or left pending); true when done."""
@@ -176,7 +171,8 @@ class OutboxRelay:
         self._thread.start()
 
     def start(self) -> None:
-        """Start the relay thread now (a role that should sweep before its first request calls this)."""
+        """Start the relay thread now, before any hand-off (it otherwise starts with the first one), so
+        that it sweeps from the start."""
         if self.background:
             with self._lock:
                 self._start()
