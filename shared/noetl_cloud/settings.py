@@ -78,7 +78,10 @@ class Settings(BaseModel):
     outbox_publish: Literal["background", "inline"] = "background"
     outbox_sweep_every_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
     # How long the relay thread waits for more requests' rows before one Publish (bounds the added delay).
-    outbox_linger_ms: Annotated[float, Field(ge=0, le=1000)] = 5.0
+    outbox_linger_ms: Annotated[float, Field(ge=0, le=1000)] = 10.0
+    # How long the ids the relay thread published wait to be marked published together with later ones
+    # (one statement for many batches; a crash before the mark has those rows published again).
+    outbox_mark_every_ms: Annotated[float, Field(ge=0, le=10_000)] = 200.0
 
     # Distributed execution: how long a claim holds without a heartbeat, how often a command is
     # issued before it fails with ``lease_expired``.

@@ -112,3 +112,28 @@ def test_a_process_killed_between_commit_and_publish_loses_nothing(
         assert set(_statuses(plane, execution_id)) == {"published"}
     finally:
         survivor.close()
+
+
+def test_the_relay_marks_the_rows_of_many_publishes_in_one_statement(
+    client: FlaskClient, plane: ControlPlane, topics: Topics
+) -> None:
+    register(client, chain_playbook("relay/marks", 1))
+    relay = OutboxRelay(
+        plane.engine, plane.publisher, background=True, linger_s=0, mark_every_s=3600, topic_prefix=topics.prefix
+    )
+    marks: list[int] = []
+    mark = relay._mark
+    relay._mark = lambda ok, failed: (marks.append(len(ok)), mark(ok, failed))[1]  # type: ignore[method-assign]
+    plane.executions.relay = relay
+    started = []
+    try:
+        for _ in range(3):  # one at a time: each hand-off is published before the next is made
+            started.append(plane.executions.start_one(ExecuteRequest(path="relay/marks")).execution_id or "")
+            topics.pull("shared", 1)
+        # Published, and not marked yet: the mark waits for the interval (or the thread's end).
+        assert marks == [] and all(set(_statuses(plane, e)) == {"pending"} for e in started)
+    finally:
+        relay.close()
+    rows = sum(len(_statuses(plane, e)) for e in started)
+    assert marks == [rows] and all(set(_statuses(plane, e)) == {"published"} for e in started)
+    assert relay.report()["published"] == rows and relay.report()["queued_rows"] == 0

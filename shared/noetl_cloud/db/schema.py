@@ -75,7 +75,6 @@ event = Table(
     UniqueConstraint("idempotency_key"),
     CheckConstraint("stream_version >= 1", name="stream_version_positive"),
     Index(None, "execution_id", "event_id"),
-    Index(None, "tenant_id", "organization_id", "execution_id"),
 )
 
 # One row per stream: its current version. Appends bump it with a compare-and-set, so a writer

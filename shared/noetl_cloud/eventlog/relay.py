@@ -5,15 +5,16 @@ Two kinds of rows: command notifications (``noetl-commands-<pool>``) and the mir
 ``organization_id``). A writer hands the rows it just committed to :meth:`OutboxRelay.hand_off`,
 after its commit and before it answers. With ``background`` on (every role that serves requests),
 a daemon thread of the process publishes them, many requests' rows in one ``Publish`` per topic,
-and marks them published, so no request waits on Pub/Sub; the queue is bounded (``max_queued``
-rows), and rows it cannot take are simply left ``pending``. Rows whose publish fails stay
+so no request waits on Pub/Sub, and marks what it published in one statement every ``mark_every_s``
+(the published ids of many batches in one transaction); the queue is bounded (``max_queued`` rows),
+and rows it cannot take are simply left ``pending``. Rows whose publish fails stay
 ``pending`` with an exponential back-off (2, 4, ... 256 s, at most 300 s), and
 :meth:`OutboxRelay.sweep` publishes whatever a crashed or failed writer left on both kinds of
 topic: rows still ``pending`` after a grace period, and rows stuck ``in_flight`` past their lease.
 The sweep runs from the relay's own thread every ``sweep_every_s`` (so a process that died between
 its commit and its publish is covered by any live one within grace + interval) and from the
-scheduled endpoint. A message may so be published twice (a crash between publish and mark); every
-consumer is idempotent (claims, dedup, the projector's tracking position).
+scheduled endpoint. A message may so be published twice (a crash between its publish and the next
+mark, at most ``mark_every_s`` later); every consumer is idempotent (claims, dedup, the projector's tracking position).
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ class OutboxRelay:
         max_queued: int = 20_000,
         sweep_every_s: float = 0.0,
         sweep_grace_s: float = 30.0,
-        linger_s: float = 0.005,
+        linger_s: float = 0.01,
+        mark_every_s: float = 0.2,
         max_batch_rows: int = 1000,
         topic_prefix: str = "noetl-commands-",
     ) -> None:
@@ -117,6 +119,7 @@ class OutboxRelay:
         self.sweep_every_s = sweep_every_s
         self.sweep_grace_s = sweep_grace_s  # how old a pending row is before the relay's sweep takes it
         self.linger_s = linger_s  # how long the thread waits for more rows before it publishes a batch
+        self.mark_every_s = mark_every_s  # how long published ids wait to be marked with later ones
         self.max_batch_rows = max_batch_rows
         self.topic_prefix = topic_prefix
         self.stats = RelayStats()
@@ -126,6 +129,8 @@ class OutboxRelay:
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
         self._stopping = threading.Event()
+        self._unmarked: list[int] = []  # published by the thread, not yet marked (the thread's own)
+        self._unmarked_batches = 0  # queue items whose rows are all published or failed, awaiting that mark
 
     def hand_off(self, rows: Sequence[OutboxRow]) -> None:
         """Publish rows a writer just committed: in the background when the relay has a thread (the
@@ -151,12 +156,14 @@ class OutboxRelay:
                 "background": self.background,
                 "queued_rows": self._queued_rows,
                 "linger_ms": self.linger_s * 1000,
+                "mark_every_ms": self.mark_every_s * 1000,
                 "sweep_every_s": self.sweep_every_s,
                 **asdict(self.stats),
             }
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until every row handed off so far is published (or left pending); true when done."""
+        """Wait until every row handed off so far is published and marked (or left pending); true when
+        done (within ``mark_every_s`` of the last publish)."""
         deadline = time.monotonic() + timeout
         while self._queue.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.005)
@@ -189,14 +196,16 @@ class OutboxRelay:
 
     def _run(self) -> None:
         next_sweep = time.monotonic() + self.sweep_every_s
+        mark_at: float | None = None  # when the published ids gathered so far are marked
         while not self._stopping.is_set():
-            wait = max(0.0, next_sweep - time.monotonic()) if self.sweep_every_s > 0 else None
+            deadlines = [d for d in (next_sweep if self.sweep_every_s > 0 else None, mark_at) if d is not None]
+            wait = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             try:
                 batches = [self._queue.get(timeout=wait)]
             except queue.Empty:
                 batches = []
             # Linger a moment so the rows of the requests being answered now go in the same Publish
-            # and the same mark-published statement (fewer requests, less CPU on both sides).
+            # (fewer requests, less CPU on both sides).
             linger_until = time.monotonic() + self.linger_s
             while batches and sum(len(b) for _t, b in batches) < self.max_batch_rows:
                 try:
@@ -205,27 +214,51 @@ class OutboxRelay:
                     break
             if batches:
                 self._publish_batches(batches)
+                mark_at = mark_at or time.monotonic() + self.mark_every_s
+            if mark_at is not None and (
+                time.monotonic() >= mark_at or len(self._unmarked) >= self.max_batch_rows or self._stopping.is_set()
+            ):
+                self._mark_quietly()
+                mark_at = None
             if self.sweep_every_s > 0 and time.monotonic() >= next_sweep and not self._stopping.is_set():
                 next_sweep = time.monotonic() + self.sweep_every_s
                 self._sweep_quietly()
+        self._mark_quietly()
 
     def _publish_batches(self, batches: list[tuple[float, Sequence[OutboxRow]]]) -> None:
+        """Publish the rows of ``batches``; the published ones wait for the next mark, failed ones are
+        given back to the sweep at once."""
         rows = sorted((r for _t, b in batches for r in b), key=lambda r: r.outbox_id)
         try:
-            published = self.publish_rows(rows)
+            ok, failed = self._publish(rows)
+            if failed:
+                self._mark([], failed)
         except Exception:  # the rows stay pending; the sweep publishes them
             log.warning("publishing outbox rows failed; the outbox sweep publishes them", exc_info=True)
-            published = 0
+            ok = []
+        self._unmarked.extend(ok)
+        self._unmarked_batches += len(batches)
         done = time.monotonic()
         with self._lock:
             self._queued_rows -= len(rows)
             s = self.stats
-            s.published += published
-            s.left_for_sweep += len(rows) - published
+            s.published += len(ok)
+            s.left_for_sweep += len(rows) - len(ok)
             s.lag_ms_last = (done - max(t for t, _b in batches)) * 1000
             s.lag_ms_max = max(s.lag_ms_max, (done - min(t for t, _b in batches)) * 1000)
-        for _ in batches:
+
+    def _mark_quietly(self) -> None:
+        """Mark what the thread published since the last mark (a failure leaves the rows pending: the
+        sweep publishes them again, and their consumers are idempotent)."""
+        ids, self._unmarked = self._unmarked, []
+        try:
+            if ids:
+                self._mark(ids, [])
+        except Exception:
+            log.warning("marking %d published outbox rows failed; the sweep publishes them", len(ids), exc_info=True)
+        for _ in range(self._unmarked_batches):
             self._queue.task_done()
+        self._unmarked_batches = 0
 
     def _sweep_quietly(self) -> None:
         try:
@@ -237,19 +270,31 @@ class OutboxRelay:
             self.stats.swept += counts["published"] + counts["events_published"]
 
     def publish_rows(self, rows: Sequence[OutboxRow]) -> int:
-        """Publish committed rows and record the outcome; the number published."""
+        """Publish committed rows and record the outcome now; the number published."""
         if not rows:
             return 0
+        ok, failed = self._publish(rows)
+        self._mark(ok, failed)
+        return len(ok)
+
+    def _publish(self, rows: Sequence[OutboxRow]) -> tuple[list[int], list[int]]:
+        """Publish ``rows``: the ids published and the ids that failed."""
+        if not rows:
+            return [], []
         results = self.publisher.publish([row.message() for row in rows])
         ok = [row.outbox_id for row, server_id in zip(rows, results, strict=True) if server_id is not None]
         failed = [row.outbox_id for row, server_id in zip(rows, results, strict=True) if server_id is None]
+        return ok, failed
+
+    def _mark(self, ok: Sequence[int], failed: Sequence[int]) -> None:
+        if not ok and not failed:
+            return
         with self.engine.begin() as conn:
             conn.execute(CUSTOM_PLANS)
             if ok:
-                conn.execute(_MARK_PUBLISHED, {"ids": ok})
+                conn.execute(_MARK_PUBLISHED, {"ids": list(ok)})
             if failed:
-                conn.execute(_MARK_FAILED, {"ids": failed})
-        return len(ok)
+                conn.execute(_MARK_FAILED, {"ids": list(failed)})
 
     def sweep(
         self, *, topic_prefix: str, limit: int = 500, grace_s: float = 30.0, lease_s: float = 60.0
@@ -288,6 +333,7 @@ def relay_for(engine: Engine, publisher: Publisher, settings: Settings) -> Outbo
         background=settings.outbox_publish == "background",
         sweep_every_s=settings.outbox_sweep_every_s,
         linger_s=settings.outbox_linger_ms / 1000,
+        mark_every_s=settings.outbox_mark_every_ms / 1000,
         topic_prefix=settings.command_topic_prefix,
     )
 
