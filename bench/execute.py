@@ -34,7 +34,7 @@ from noetl_cloud.local.components import pg_bindir
 from noetl_cloud.local.process import gunicorn_argv, http_ok, stop_group, wait_until
 from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.messaging.pubsub import PubSubPublisher
-from noetl_cloud.settings import Settings
+from noetl_cloud.settings import Settings, events_topic_for
 
 ROOT = Path(__file__).resolve().parent.parent
 DB = "bench_execute"
@@ -122,7 +122,7 @@ def start_role(env: dict[str, str], url: str, port: int, prefix: str) -> int:
         "NOETL_DATABASE_URL": url,
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
         "NOETL_COMMAND_TOPIC_PREFIX": prefix,
-        "NOETL_EVENTS_TOPIC": prefix + "events",  # own topic, no subscriber: not pushed to the projector
+        "NOETL_EVENTS_TOPIC": events_topic_for(prefix),  # own topic, no subscriber: not pushed to the projector
         "NOETL_LOG_LEVEL": "WARNING",
         "NOETL_DB_POOL_SIZE": "8",
     }
@@ -168,9 +168,9 @@ def main() -> None:
     url = fresh_database(env["NOETL_DATABASE_URL"])
     tps = pgbench_tps(url, args.seconds)
 
-    prefix = f"bench-{secrets.token_hex(3)}-"
+    prefix = f"bench-{secrets.token_hex(3)}-commands-"
     PubSubPublisher("noetl-local", emulator_host=env["PUBSUB_EMULATOR_HOST"]).ensure_topics(
-        [prefix + "shared", prefix + "events"]
+        [prefix + "shared", events_topic_for(prefix)]
     )
     port = 15490
     pid = start_role(env, url, port, prefix)

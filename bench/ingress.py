@@ -42,6 +42,7 @@ import urllib3
 from noetl_cloud.local.process import group_stats, gunicorn_argv, http_ok, stop_group, wait_until
 from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.messaging.pubsub import PubSubPublisher
+from noetl_cloud.settings import events_topic_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "bench-secret"  # noqa: S105 - the benchmark's own throwaway webhook secret
@@ -177,16 +178,16 @@ def main() -> None:
         start = cold_start(15504, ingress_env)
 
     stack = LocalStack.from_env(os.environ).up(echo=lambda _line: None)
-    prefix = f"bench-{secrets.token_hex(3)}-"
+    prefix = f"bench-{secrets.token_hex(3)}-commands-"
     PubSubPublisher("noetl-local", emulator_host=stack["PUBSUB_EMULATOR_HOST"]).ensure_topics(
-        [prefix + "shared", prefix + "events"]
+        [prefix + "shared", events_topic_for(prefix)]
     )
     execute_env = {
         **stack,
         **base_env,
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
         "NOETL_COMMAND_TOPIC_PREFIX": prefix,
-        "NOETL_EVENTS_TOPIC": prefix + "events",  # own topic, no subscriber: not pushed to the projector
+        "NOETL_EVENTS_TOPIC": events_topic_for(prefix),  # own topic, no subscriber: not pushed to the projector
         "NOETL_SECRET_BENCH": SECRET,
         "NOETL_POOLS": "shared",
     }

@@ -37,7 +37,7 @@ from noetl_cloud.db.migrate import upgrade
 from noetl_cloud.local.components import PROJECT_ID
 from noetl_cloud.local.process import gunicorn_argv, http_ok, stop_group, wait_until
 from noetl_cloud.local.stack import LocalStack
-from noetl_cloud.settings import Settings
+from noetl_cloud.settings import Settings, events_topic_for
 
 ROOT = Path(__file__).resolve().parent.parent
 DB = "bench_runtime"
@@ -235,19 +235,19 @@ def main() -> None:
     stack_env = LocalStack.from_env(os.environ).env()
     os.environ["PUBSUB_EMULATOR_HOST"] = stack_env["PUBSUB_EMULATOR_HOST"]
     db_url = database(stack_env["NOETL_DATABASE_URL"])
-    prefix = f"bench-rt-cmd-{secrets.token_hex(3)}-"
+    prefix = f"bench-rt-{secrets.token_hex(3)}-commands-"
     env = {
         **stack_env,
         "NOETL_DATABASE_URL": db_url,
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
         "NOETL_COMMAND_TOPIC_PREFIX": prefix,
-        "NOETL_EVENTS_TOPIC": f"{prefix}events",  # own topic, no subscriber: not pushed to the projector
+        "NOETL_EVENTS_TOPIC": events_topic_for(prefix),  # own topic, no subscriber: not pushed to the projector
         "NOETL_LOG_LEVEL": "WARNING",
     }
     from noetl_cloud.messaging.pubsub import PubSubPublisher
 
     PubSubPublisher(PROJECT_ID, emulator_host=stack_env["PUBSUB_EMULATOR_HOST"]).ensure_topics(
-        [f"{prefix}shared", f"{prefix}events"]
+        [f"{prefix}shared", events_topic_for(prefix)]
     )
     port = free_port()
     api = f"http://127.0.0.1:{port}"

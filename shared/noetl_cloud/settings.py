@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
@@ -183,6 +184,16 @@ class Settings(BaseModel):
             raise ValueError("pool names must be unique")
         return value
 
+    @field_validator("command_topic_prefix")
+    @classmethod
+    def _check_prefix(cls, value: str, info: ValidationInfo) -> str:
+        # The relay and the outbox sweep tell a command notification from an event's mirror by this
+        # prefix: an events topic under it would be taken for a pool's command topic.
+        events = info.data.get("events_topic", "")
+        if events.startswith(value):
+            raise ValueError(f"the events topic {events!r} must not start with the command topic prefix {value!r}")
+        return value
+
     # -- construction -------------------------------------------------------------------------
 
     @classmethod
@@ -229,6 +240,12 @@ class Settings(BaseModel):
 
     def command_topic(self, pool: str) -> str:
         return f"{self.command_topic_prefix}{pool}"
+
+
+def events_topic_for(command_topic_prefix: str) -> str:
+    """The events topic that goes with a private command prefix ``<run>-commands-`` (the test suite's
+    and the benchmarks', which keep their messages apart from the stack's): ``<run>-events``."""
+    return command_topic_prefix.removesuffix("-commands-") + "-events"
 
 
 # Prefixed variables that are not settings: the local stack launcher's, the test suite's, and the

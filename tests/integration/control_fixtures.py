@@ -19,6 +19,7 @@ from noetl_cloud.auth.internal import InternalAuth
 from noetl_cloud.control.app import build_app
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.settings import Settings
+from noetl_cloud.settings import events_topic_for as events_topic_for  # the tests import it from here
 
 TOKEN = "integration-token"
 PROJECT = "noetl-local"
@@ -69,12 +70,6 @@ class Topics:
                     subscription=self.subscriptions[pool], ack_ids=[m.ack_id for m in response.received_messages]
                 )
         return received
-
-
-def events_topic_for(prefix: str) -> str:
-    """The test's own events topic: the mirror of its events stays out of the stack's ``noetl-events``
-    (pushed to the local projector) and out of the command prefix the outbox sweep matches."""
-    return prefix.removesuffix("-commands-") + "-events"
 
 
 def make_settings(database_url: str, env: dict[str, str], prefix: str, **overrides: Any) -> Settings:

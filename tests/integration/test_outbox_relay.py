@@ -114,7 +114,7 @@ def test_a_process_killed_between_commit_and_publish_loses_nothing(
         survivor.close()
 
 
-def test_the_relay_marks_the_rows_of_many_publishes_in_one_statement(
+def test_the_relay_holds_the_mirror_rows_and_marks_many_publishes_in_one_statement(
     client: FlaskClient, plane: ControlPlane, topics: Topics
 ) -> None:
     register(client, chain_playbook("relay/marks", 1))
@@ -130,7 +130,9 @@ def test_the_relay_marks_the_rows_of_many_publishes_in_one_statement(
         for _ in range(3):  # one at a time: each hand-off is published before the next is made
             started.append(plane.executions.start_one(ExecuteRequest(path="relay/marks")).execution_id or "")
             topics.pull("shared", 1)
-        # Published, and not marked yet: the mark waits for the interval (or the thread's end).
+        # The command notifications are published; the mirror rows are held for the settle, which also
+        # marks: it waits for the interval (or the thread's end), so nothing is marked yet.
+        assert relay.report()["published"] == len(started)
         assert marks == [] and all(set(_statuses(plane, e)) == {"pending"} for e in started)
     finally:
         relay.close()

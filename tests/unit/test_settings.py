@@ -39,6 +39,8 @@ def test_prefixed_and_standard_variables_are_read() -> None:
         ({"NOETL_LOG_LEVEL": "LOUD"}, "NOETL_LOG_LEVEL"),
         ({"NOETL_MAX_REQUEST_BYTES": "10"}, "NOETL_MAX_REQUEST_BYTES"),
         ({"NOETL_DATABSE_URL": "typo"}, "NOETL_DATABSE_URL"),
+        # an events topic under the command prefix would be taken for a pool's command topic
+        ({"NOETL_COMMAND_TOPIC_PREFIX": "bench-", "NOETL_EVENTS_TOPIC": "bench-events"}, "NOETL_COMMAND_TOPIC_PREFIX"),
     ],
 )
 def test_a_bad_variable_fails_with_its_name(env: dict[str, str], variable: str) -> None:

@@ -4,17 +4,21 @@ Two kinds of rows: command notifications (``noetl-commands-<pool>``) and the mir
 (``noetl-events``, ordering key = execution id, attributes ``event_type``, ``tenant_id``,
 ``organization_id``). A writer hands the rows it just committed to :meth:`OutboxRelay.hand_off`,
 after its commit and before it answers. With ``background`` on (every role that serves requests),
-a daemon thread of the process publishes them, many requests' rows in one ``Publish`` per topic,
-so no request waits on Pub/Sub, and marks what it published in one statement every ``mark_every_s``
-(the published ids of many batches in one transaction); the queue is bounded (``max_queued`` rows),
-and rows it cannot take are simply left ``pending``. Rows whose publish fails stay
-``pending`` with an exponential back-off (2, 4, ... 256 s, at most 300 s), and
-:meth:`OutboxRelay.sweep` publishes whatever a crashed or failed writer left on both kinds of
-topic: rows still ``pending`` after a grace period, and rows stuck ``in_flight`` past their lease.
-The sweep runs from the relay's own thread every ``sweep_every_s`` (so a process that died between
-its commit and its publish is covered by any live one within grace + interval) and from the
-scheduled endpoint. A message may so be published twice (a crash between its publish and the next
-mark, at most ``mark_every_s`` later); every consumer is idempotent (claims, dedup, the projector's tracking position).
+a daemon thread of the process publishes them, so no request waits on Pub/Sub:
+
+* command notifications within ``linger_s`` (10 ms), the rows of many requests in one ``Publish``;
+* the events' mirror rows at the next *settle*, every ``mark_every_s`` (200 ms): the projector's read
+  model may trail by that much, and the events topic gets one request per settle, not one per batch;
+* at the settle it also marks every row it published since the last one, in one statement.
+
+The queue is bounded (``max_queued`` rows), and rows it cannot take are simply left ``pending``.
+Rows whose publish fails stay ``pending`` with an exponential back-off (2, 4, ... 256 s, at most
+300 s), and :meth:`OutboxRelay.sweep` publishes whatever a crashed or failed writer left on both
+kinds of topic: rows still ``pending`` after a grace period, and rows stuck ``in_flight`` past their
+lease. The sweep runs from the relay's own thread every ``sweep_every_s`` (so a process that died
+between its commit and its publish is covered by any live one within grace + interval) and from
+the scheduled endpoint. A message may so be published twice (a crash between its publish and the
+settle's mark); every consumer is idempotent (claims, dedup, the projector's tracking position).
 """
 
 from __future__ import annotations
@@ -86,15 +90,18 @@ _CLAIM_EVENTS = _claim("topic NOT LIKE :pattern")
 @dataclass
 class RelayStats:
     """What this process's relay did: rows handed off, published, left to the sweep, and the delay
-    from hand-off (just after the commit) to the end of the publish, in milliseconds. Read and
-    written under the relay's lock."""
+    from hand-off (just after the commit) to the end of the publish, in milliseconds: of command
+    notifications (``lag_ms_*``) and of the events' mirror rows, which wait for the settle
+    (``mirror_lag_ms_max``). Read and written under the relay's lock."""
 
     handed_off: int = 0
+    publishes: int = 0  # calls to the publisher (each one Publish request per topic it names)
     published: int = 0
     left_for_sweep: int = 0
     swept: int = 0
     lag_ms_last: float = 0.0
     lag_ms_max: float = 0.0
+    mirror_lag_ms_max: float = 0.0
 
 
 class OutboxRelay:
@@ -129,8 +136,11 @@ class OutboxRelay:
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
         self._stopping = threading.Event()
-        self._unmarked: list[int] = []  # published by the thread, not yet marked (the thread's own)
-        self._unmarked_batches = 0  # queue items whose rows are all published or failed, awaiting that mark
+        # The thread's own: mirror rows held for the next settle, ids published and not yet marked, and
+        # how many queue items wait for that settle (``flush`` waits for them).
+        self._held: list[tuple[float, OutboxRow]] = []
+        self._unmarked: list[int] = []
+        self._unsettled_batches = 0
 
     def hand_off(self, rows: Sequence[OutboxRow]) -> None:
         """Publish rows a writer just committed: in the background when the relay has a thread (the
@@ -196,9 +206,9 @@ class OutboxRelay:
 
     def _run(self) -> None:
         next_sweep = time.monotonic() + self.sweep_every_s
-        mark_at: float | None = None  # when the published ids gathered so far are marked
+        settle_at: float | None = None  # when the held mirror rows are published and every id marked
         while not self._stopping.is_set():
-            deadlines = [d for d in (next_sweep if self.sweep_every_s > 0 else None, mark_at) if d is not None]
+            deadlines = [d for d in (next_sweep if self.sweep_every_s > 0 else None, settle_at) if d is not None]
             wait = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             try:
                 batches = [self._queue.get(timeout=wait)]
@@ -213,22 +223,53 @@ class OutboxRelay:
                 except queue.Empty:
                     break
             if batches:
-                self._publish_batches(batches)
-                mark_at = mark_at or time.monotonic() + self.mark_every_s
-            if mark_at is not None and (
-                time.monotonic() >= mark_at or len(self._unmarked) >= self.max_batch_rows or self._stopping.is_set()
+                self._take(batches)
+                settle_at = settle_at or time.monotonic() + self.mark_every_s
+            if settle_at is not None and (
+                time.monotonic() >= settle_at or len(self._held) + len(self._unmarked) >= self.max_batch_rows
             ):
-                self._mark_quietly()
-                mark_at = None
+                self._settle()
+                settle_at = None
             if self.sweep_every_s > 0 and time.monotonic() >= next_sweep and not self._stopping.is_set():
                 next_sweep = time.monotonic() + self.sweep_every_s
                 self._sweep_quietly()
-        self._mark_quietly()
+        self._settle()
 
-    def _publish_batches(self, batches: list[tuple[float, Sequence[OutboxRow]]]) -> None:
-        """Publish the rows of ``batches``; the published ones wait for the next mark, failed ones are
-        given back to the sweep at once."""
-        rows = sorted((r for _t, b in batches for r in b), key=lambda r: r.outbox_id)
+    def _take(self, batches: list[tuple[float, Sequence[OutboxRow]]]) -> None:
+        """Publish the command notifications of ``batches`` now and hold their mirror rows for the next
+        settle; the ids published wait for its mark, and failed rows go back to the sweep at once."""
+        commands, held = [], []
+        for handed_at, batch in batches:
+            for row in batch:
+                if row.topic.startswith(self.topic_prefix):
+                    commands.append(row)
+                else:
+                    held.append((handed_at, row))
+        self._held.extend(held)
+        self._unsettled_batches += len(batches)
+        with self._lock:
+            self._queued_rows -= len(commands) + len(held)
+        if commands:
+            self._publish_quietly(commands, [t for t, _b in batches])
+
+    def _settle(self) -> None:
+        """Publish the held mirror rows, then mark every row published since the last settle (a failed
+        mark leaves rows pending: the sweep publishes them again; their consumers are idempotent)."""
+        held, self._held = self._held, []
+        if held:
+            self._publish_quietly([r for _t, r in held], [t for t, _r in held], mirror=True)
+        ids, self._unmarked = self._unmarked, []
+        try:
+            if ids:
+                self._mark(ids, [])
+        except Exception:
+            log.warning("marking %d published outbox rows failed; the sweep publishes them", len(ids), exc_info=True)
+        for _ in range(self._unsettled_batches):
+            self._queue.task_done()
+        self._unsettled_batches = 0
+
+    def _publish_quietly(self, rows: list[OutboxRow], handed_at: list[float], *, mirror: bool = False) -> None:
+        rows.sort(key=lambda r: r.outbox_id)  # one execution's rows publish in the order they were written
         try:
             ok, failed = self._publish(rows)
             if failed:
@@ -237,28 +278,17 @@ class OutboxRelay:
             log.warning("publishing outbox rows failed; the outbox sweep publishes them", exc_info=True)
             ok = []
         self._unmarked.extend(ok)
-        self._unmarked_batches += len(batches)
         done = time.monotonic()
         with self._lock:
-            self._queued_rows -= len(rows)
             s = self.stats
+            s.publishes += 1
             s.published += len(ok)
             s.left_for_sweep += len(rows) - len(ok)
-            s.lag_ms_last = (done - max(t for t, _b in batches)) * 1000
-            s.lag_ms_max = max(s.lag_ms_max, (done - min(t for t, _b in batches)) * 1000)
-
-    def _mark_quietly(self) -> None:
-        """Mark what the thread published since the last mark (a failure leaves the rows pending: the
-        sweep publishes them again, and their consumers are idempotent)."""
-        ids, self._unmarked = self._unmarked, []
-        try:
-            if ids:
-                self._mark(ids, [])
-        except Exception:
-            log.warning("marking %d published outbox rows failed; the sweep publishes them", len(ids), exc_info=True)
-        for _ in range(self._unmarked_batches):
-            self._queue.task_done()
-        self._unmarked_batches = 0
+            if mirror:
+                s.mirror_lag_ms_max = max(s.mirror_lag_ms_max, (done - min(handed_at)) * 1000)
+            else:
+                s.lag_ms_last = (done - max(handed_at)) * 1000
+                s.lag_ms_max = max(s.lag_ms_max, (done - min(handed_at)) * 1000)
 
     def _sweep_quietly(self) -> None:
         try:
