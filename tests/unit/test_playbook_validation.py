@@ -47,7 +47,7 @@ def looped(spec: dict[str, Any] | None = None, **loop: Any) -> list[dict[str, An
 
 CASES = [
     ("root vars", playbook([{"step": "start", "tool": NOOP}], vars={"a": 1}), "vars", "workload"),
-    ("unknown root section", playbook([{"step": "start", "tool": NOOP}], triggers=[]), "triggers", "not permitted"),
+    ("unknown root section", playbook([{"step": "start", "tool": NOOP}], triggers=[]), "triggers", "root section"),
     ("empty workflow", playbook([]), "workflow", "at least 1"),
     ("step-level when", playbook([{"step": "start", "when": "{{ x }}", "tool": NOOP}]), "workflow.0.when", "spec"),
     ("legacy pipe", playbook([{"step": "start", "pipe": [NOOP]}]), "workflow.0.pipe", "pipeline"),
