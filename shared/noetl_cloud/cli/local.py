@@ -6,8 +6,12 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from noetl_cloud.cli.output import say
+
+if TYPE_CHECKING:
+    from noetl_cloud.local.stack import ComponentStatus, LocalStack
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,10 +41,18 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps([r.to_dict() for r in rows], indent=2))
         else:
-            print(f"{'component':<10} {'port':>6} {'pid':>8}  state      started in")
-            for r in rows:
-                state = "healthy" if r.healthy else ("unhealthy" if r.running else "stopped")
-                started = f"{r.startup_seconds:.2f} s" if r.startup_seconds is not None else "-"
-                print(f"{r.name:<10} {r.port:>6} {r.pid or '-':>8}  {state:<10} {started}")
+            print("\n".join(status_lines(stack, rows)))
         return 0 if all(r.healthy for r in rows) else 1
     return 0
+
+
+def status_lines(stack: LocalStack, rows: list[ComponentStatus]) -> list[str]:
+    """The state folder read, then one line per backing service and role."""
+    recorded = stack.state_file.is_file()
+    where = f"state folder {stack.state_dir}" + ("" if recorded else " (nothing recorded: never started here)")
+    lines = [where, f"{'component':<20} {'kind':<7} {'port':>6} {'pid':>8}  state      started in"]
+    for r in rows:
+        state = "healthy" if r.healthy else ("unhealthy" if r.running else "stopped")
+        started = f"{r.startup_seconds:.2f} s" if r.startup_seconds is not None else "-"
+        lines.append(f"{r.name:<20} {r.kind:<7} {r.port:>6} {r.pid or '-':>8}  {state:<10} {started}")
+    return lines
