@@ -80,6 +80,8 @@ def spool_command(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env(os.environ)
     if args.action == "drain":
+        if settings.api_url:
+            operator.registered(settings, args.subscription)  # an unknown subscription is an error
         progress(f"draining the spool of {args.subscription} ...")
         return operator.drain(settings, args.subscription, print, resume=args.resume)
     spool = operator.open_spool(settings, args.subscription, args.backend, args.bucket or args.dir)
