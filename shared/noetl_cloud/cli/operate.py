@@ -106,6 +106,7 @@ def replay_verify(args: argparse.Namespace) -> int:
             execution_id=args.execution_id,
             wait_s=args.wait,
             err=progress,
+            progress=progress,
         )
 
 
