@@ -66,3 +66,24 @@ def test_status_after_down_still_lists_the_roles(elsewhere: Path, capsys: pytest
     assert main(["local", "status"]) == 1
     out = capsys.readouterr().out
     assert out.splitlines()[0] == f"state folder {elsewhere}" and "healthy" not in out
+
+
+def test_the_default_status_lists_only_the_roles_the_folder_recorded(elsewhere: Path) -> None:
+    stack = LocalStack.from_env({"NOETL_LOCAL_STATE_DIR": str(elsewhere), "NOETL_LOCAL_PORT_BASE": PORT_BASE})
+    assert [r.name for r in stack.status()] == list(ORDER)  # what the test fixture's "already up" reads
+    assert [r.name for r in stack.status(every_role=True)] == [*ORDER, *ROLES]
+
+
+@pytest.mark.parametrize(("worker_recorded", "code"), [(False, 0), (True, 1)])
+def test_a_stack_up_without_roles_is_up_and_a_recorded_role_that_died_is_not(
+    worker_recorded: bool, code: int, elsewhere: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from noetl_cloud.local.stack import ComponentStatus
+
+    def status(self: LocalStack, *, every_role: bool = False) -> list[ComponentStatus]:
+        services = [ComponentStatus(n, 1, 10, True, True, 0.5, "service", True) for n in ORDER]
+        worker = ComponentStatus("worker", 2, None, False, False, None, "role", worker_recorded)
+        return [*services, worker]
+
+    monkeypatch.setattr(LocalStack, "status", status)
+    assert main(["local", "status"]) == code

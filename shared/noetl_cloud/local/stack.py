@@ -78,6 +78,8 @@ class ComponentStatus:
     startup_seconds: float | None
     #: ``service`` (PostgreSQL, an emulator) or ``role`` (a deployable, ``functions/<role>``).
     kind: str = "service"
+    #: Whether the state folder records it as started (``up`` started it and no ``down`` stopped it yet).
+    recorded: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -363,12 +365,13 @@ class LocalStack:
             shutil.rmtree(self.state_dir, ignore_errors=True)
             echo(f"removed {self.state_dir}")
 
-    def status(self) -> list[ComponentStatus]:
-        """Every backing service and every role of this checkout (and any other role the state folder
-        recorded), running or not: after ``down`` each is listed as stopped."""
+    def status(self, *, every_role: bool = False) -> list[ComponentStatus]:
+        """Every backing service and the roles the state folder recorded; with ``every_role`` also every
+        role of this checkout, running or not (after ``down`` each is listed as stopped)."""
         recorded = self._load().get("components", {})
         out = []
-        roles = [r for r in ROLE_PORTS if r in recorded or r in self.available_roles()]
+        available = self.available_roles() if every_role else []
+        roles = [r for r in ROLE_PORTS if r in recorded or r in available]
         comps = {**self.components(), **self.role_components(roles, {})}
         for name, comp in comps.items():
             entry = recorded.get(name, {})
@@ -382,6 +385,7 @@ class LocalStack:
                     healthy=running and comp.healthy(),
                     startup_seconds=entry.get("startup_seconds"),
                     kind="role" if name in ROLE_PORTS else "service",
+                    recorded=name in recorded,
                 )
             )
         return out
