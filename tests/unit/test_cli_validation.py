@@ -187,3 +187,18 @@ def test_error_lines_show_the_scalar_details_of_a_mapping() -> None:
 def test_a_single_problem_is_counted_in_the_singular() -> None:
     exc = ValidationFailed("refused", details=[{"field": "", "problem": "not YAML", "type": "yaml_syntax"}])
     assert error_lines(exc) == ["noetl-cloud: validation_failed: refused (1 problem):", "  $: not YAML"]
+
+
+def test_subscribe_prints_the_problems_of_a_refused_subscription(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "sub.yaml"
+    path.write_text(
+        "apiVersion: noetl.io/v1\nkind: Subscription\nmetadata: {name: s}\nspec: {source: pubsub, bogus: 1}\n"
+    )
+    events = tmp_path / "events.jsonl"
+    assert main(["subscribe", str(path), "--local", "--events", str(events), "--max-messages", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"noetl-cloud: invalid_subscription: {path} is not a valid Subscription (" in err
+    found = problem_lines(err)
+    assert "spec.bogus" in found and "spec.dispatch" in found

@@ -152,7 +152,7 @@ def subscribe_local(args: argparse.Namespace) -> int:
         f"{args.duration:g} s" if args.duration else "",
     ]
     ends = " or ".join(u for u in until if u) or "Ctrl-C"
-    progress(f"holding {args.subscription} until {ends}; events to {args.events}")
+    progress(f"starting {args.subscription} (until {ends}); events appended to {args.events}")
     summary = subscribe(
         Path(args.subscription),
         events_file=Path(args.events),
