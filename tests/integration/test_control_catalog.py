@@ -193,3 +193,17 @@ def test_a_valid_subscription_with_allowlisted_routes_registers(client: FlaskCli
     assert body["kind"] == "Subscription" and body["version"] == 1
     document = client.get("/api/catalog/subscriptions/hooks").get_json()["document"]
     assert document["spec"]["headers"]["directives"][0]["header"] == "x-noetl-route"
+
+
+def test_a_refused_playbook_answers_every_problem_with_its_fix_in_the_error_details(client: FlaskClient) -> None:
+    from tests.unit.test_cli_validation import EXPECTED, LEGACY
+
+    response = post(client, LEGACY)
+    assert response.status_code == 422
+    error = response.get_json()["error"]
+    assert (error["code"], error["message"]) == ("validation_failed", "Playbook document failed validation")
+    problems = {d["field"]: d["problem"] for d in error["details"]}
+    assert set(problems) == set(EXPECTED)
+    for field, fix in EXPECTED.items():
+        assert fix in problems[field], (field, problems[field])
+    assert client.get("/api/catalog/legacy").status_code == 404

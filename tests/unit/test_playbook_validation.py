@@ -47,7 +47,7 @@ def looped(spec: dict[str, Any] | None = None, **loop: Any) -> list[dict[str, An
 
 CASES = [
     ("root vars", playbook([{"step": "start", "tool": NOOP}], vars={"a": 1}), "vars", "workload"),
-    ("unknown root section", playbook([{"step": "start", "tool": NOOP}], triggers=[]), "triggers", "not permitted"),
+    ("unknown root section", playbook([{"step": "start", "tool": NOOP}], triggers=[]), "triggers", "root section"),
     ("empty workflow", playbook([]), "workflow", "at least 1"),
     ("step-level when", playbook([{"step": "start", "when": "{{ x }}", "tool": NOOP}]), "workflow.0.when", "spec"),
     ("legacy pipe", playbook([{"step": "start", "pipe": [NOOP]}]), "workflow.0.pipe", "pipeline"),
@@ -151,3 +151,25 @@ def test_python_code_and_sql_are_not_checked_as_templates() -> None:
         ]
     )
     validate_playbook(parse_document(text))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "reason"),
+    [
+        ("executor", {"kind": "distributed", "spec": {"pool": "default"}}, "execution_pool"),
+        ("workbook", {"tasks": {"fetch": {"kind": "http"}}}, "child playbook"),
+    ],
+)
+def test_a_root_section_this_runtime_does_not_implement_is_refused_with_the_reason(
+    section: str, value: dict[str, Any], reason: str
+) -> None:
+    doc = parse_document(playbook([{"step": "start", "tool": NOOP}], **{section: value}))
+    with pytest.raises(ValidationFailed) as info:
+        validate_playbook(doc)  # type: ignore[arg-type]
+    (found,) = info.value.details
+    assert (found["field"], found["type"]) == (section, "unsupported_section")
+    assert "not supported by this runtime" in found["problem"] and reason in found["problem"]
+
+
+def test_an_empty_workbook_like_the_specs_example_changes_nothing_and_is_accepted() -> None:
+    validate_playbook(parse_document(playbook([{"step": "start", "tool": NOOP}], workbook={"tasks": {}})))  # type: ignore[arg-type]

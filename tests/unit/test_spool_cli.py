@@ -54,3 +54,41 @@ def test_without_any_spool_location_the_command_names_what_to_set(
     assert "NOETL_SPOOL_BACKEND" in capsys.readouterr().err
     assert main(["spool", "ls", SUB, "--backend", "gcs"]) == 2
     assert "usage" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("action", ["ls", "dlq", "drain"])
+def test_a_subscription_the_catalog_does_not_have_is_an_error_not_an_empty_listing(
+    action: str, spool_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from noetl_cloud.spool.bootstrap import CatalogTargets
+
+    asked: list[str] = []
+
+    def target(self: CatalogTargets, subscription: str) -> None:
+        asked.append(subscription)
+        return None  # what the catalog's 404 (or a playbook at that path) comes to
+
+    monkeypatch.setattr(CatalogTargets, "target", target)
+    monkeypatch.setenv("NOETL_API_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("NOETL_INTERNAL_API_TOKEN", "t")
+    args = ["spool", action, "no/such/subscription"]
+    assert main([*args, "--backend", "local_disk", "--dir", str(spool_dir)] if action != "drain" else args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and asked == ["no/such/subscription"]
+    assert captured.err.startswith("noetl-cloud: subscription_not_found: no subscription no/such/subscription")
+
+
+def test_when_the_control_plane_does_not_answer_the_spool_is_read_all_the_same(
+    spool_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from noetl_cloud.errors import Unavailable
+    from noetl_cloud.spool.bootstrap import CatalogTargets
+
+    def target(self: CatalogTargets, subscription: str) -> None:
+        raise Unavailable("the control plane did not answer", code="control_plane_unavailable")
+
+    monkeypatch.setattr(CatalogTargets, "target", target)
+    monkeypatch.setenv("NOETL_API_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("NOETL_INTERNAL_API_TOKEN", "t")
+    assert main(["spool", "ls", SUB, "--backend", "local_disk", "--dir", str(spool_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["items"] == 2

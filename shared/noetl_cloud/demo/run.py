@@ -458,7 +458,17 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def inspect_commands(summary: dict[str, Any], port_base: int, database_url: str) -> str:
+def inspect_commands(
+    summary: dict[str, Any],
+    port_base: int,
+    database_url: str,
+    logs: str = "local/.state/logs",
+    now: datetime | None = None,
+) -> str:
+    """The commands to look at each part of the run, each one working as printed (from the checkout,
+    after ``eval "$(.venv/bin/noetl-cloud local env)"``). The replay state is asked as of ``now`` (the end
+    of the run): ``GET /api/replay/state`` needs one cutoff."""
+    as_of = (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # no "+": a URL
     ids = summary["executions"]["ids"]
     eid = ids[0] if ids else "<execution id>"
     api = 'curl -s -H "Authorization: Bearer $NOETL_INTERNAL_API_TOKEN" "$NOETL_API_URL'
@@ -478,14 +488,15 @@ def inspect_commands(summary: dict[str, Any], port_base: int, database_url: str)
         (None, f'{api}/api/executions/{eid}/events"'),
         (
             "its frames, folded from the event log",
-            f'{api}/api/replay/state?tenant_id=default&organization_id=default&execution_id={eid}&projection=frames"',
+            f"{api}/api/replay/state?tenant_id=default&organization_id=default&execution_id={eid}"
+            f'&as_of_time={as_of}&projection=frames"',
         ),
         ("replay parity of one execution", f"{noetl} replay verify --execution-id {eid}"),
         ("a listener's spool (empty again after the drain)", f"{noetl} spool ls demo/webhooks/standard"),
         ("the runtime holding demo/pubsub/orders; the ingress's counters", f"curl -s {runtime}/status"),
         (None, f"curl -s {ingress}/metrics"),
         ("the rows the frames saved", f"psql '{demo_db}' -c \"{sql}\""),
-        ("each role's log", "ls local/.state/logs/"),
+        ("each role's log", f"ls {logs}/"),
     ]
     lines = ['Inspect each part (first: eval "$(.venv/bin/noetl-cloud local env)"):']
     for comment, command in pairs:
@@ -524,7 +535,7 @@ def main(env: Mapping[str, str], options: Options) -> int:
         say("")
         say(table(summary))
         say("")
-        say(inspect_commands(summary, stack.port_base, stack_env["NOETL_DATABASE_URL"]))
+        say(inspect_commands(summary, stack.port_base, stack_env["NOETL_DATABASE_URL"], str(stack.state_dir / "logs")))
     if summary["problems"]:
         for problem in summary["problems"]:
             print(f"noetl-cloud: demo: {problem}", file=sys.stderr)

@@ -62,12 +62,19 @@ def parse_sets(pairs: Iterable[str]) -> dict[str, Any]:
 
 
 def load_playbook(path: Path) -> PlaybookDoc:
-    """Read and validate a playbook file; :class:`NotFound` if missing, ``ValidationFailed`` if invalid."""
+    """Read and validate a playbook file; :class:`NotFound` if missing, ``ValidationFailed`` if invalid.
+
+    The checks are registration's (the catalog runs the same): a file the control plane would refuse is
+    refused here before it runs, with the same problems.
+    """
+    from noetl_cloud.engine.validate import validate_playbook
+
     if not path.is_file():
         raise NotFound(f"no playbook file at {path}")
     doc = parse_document(path.read_text(encoding="utf-8"))
     if not isinstance(doc, PlaybookDoc):
         raise BadRequest(f"{path} is a {doc.kind}, not a Playbook", code="not_a_playbook")
+    validate_playbook(doc)
     return doc
 
 

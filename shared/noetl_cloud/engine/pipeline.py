@@ -89,7 +89,8 @@ def run_pipeline(
                 return PipelineResult("failed", prev, error, iter_scope)
             yield
             locals_ = {"_prev": prev, "_task": task.label, "_attempt": attempt}
-            outcome, fatal = _attempt(sc, task, iter_scope, locals_, iteration)
+            run_id = task_run_id(sc.step_run_id, iteration, runs)
+            outcome, fatal = _attempt(sc, task, iter_scope, locals_, iteration, run_id)
             decision: Decision | None = None
             if fatal is None:
                 scope = _scope(sc, iter_scope, locals_, outcome=outcome.to_dict())
@@ -105,9 +106,9 @@ def run_pipeline(
             delay = None
             if fatal is None and decision is not None and decision.do == "retry" and attempt < decision.attempts:
                 delay = backoff_delay(decision.backoff, decision.delay, attempt)
-            _task_done(sc, task, attempt, iteration, outcome, decision, fatal, delay)
+            _task_done(sc, task, attempt, iteration, run_id, outcome, decision, fatal, delay)
             if fatal is None and decision is not None:
-                _apply_writes(sc, task, decision, iter_scope, writer)
+                _apply_writes(sc, task, decision, iter_scope, writer, run_id)
             if fatal is not None:
                 return PipelineResult("failed", prev, {**fatal, "task": task.label}, iter_scope)
             assert decision is not None
@@ -147,8 +148,21 @@ def _details(exc: NoetlError) -> dict[str, Any]:
     return {key: value for key, value in (exc.details or {}).items() if value is not None}
 
 
+def task_run_id(step_run_id: str, iteration: int | None, run: int) -> str:
+    """The id of one task attempt (DSL v2 §9.3), shared by its ``task.started``, ``task.done`` and
+    ``ctx.patched``: the step run, the iteration, and the attempt's place among the pipeline's task runs
+    (a jump back to a task is a new run). Derived, not drawn, so a redelivered command names its task
+    runs alike and no id of the step run shifts."""
+    return f"{step_run_id}/{run}" if iteration is None else f"{step_run_id}/{iteration}/{run}"
+
+
 def _attempt(
-    sc: StepContext, task: Task, iter_scope: dict[str, Any], locals_: dict[str, Any], iteration: int | None
+    sc: StepContext,
+    task: Task,
+    iter_scope: dict[str, Any],
+    locals_: dict[str, Any],
+    iteration: int | None,
+    run_id: str,
 ) -> tuple[Outcome, dict[str, Any] | None]:
     """Render the task, emit task.started, run the tool. Returns the outcome and, if fatal, the error."""
     attempt = int(locals_["_attempt"])
@@ -161,6 +175,7 @@ def _attempt(
             "attempt": attempt,
             "iteration": iteration,
             "step_run_id": sc.step_run_id,
+            "task_run_id": run_id,
         },
     )
     started = sc.clock.now()
@@ -219,14 +234,15 @@ def _child_runner(
 
 
 def _apply_writes(
-    sc: StepContext, task: Task, decision: Decision, iter_scope: dict[str, Any], writer: str | None
+    sc: StepContext, task: Task, decision: Decision, iter_scope: dict[str, Any], writer: str | None, run_id: str
 ) -> None:
     if decision.set_iter:
         iter_scope.update(decision.set_iter)
     if decision.set_ctx:
         patch = sc.ctx.apply(decision.set_ctx, writer=writer)
         if patch:
-            sc.emit("ctx.patched", {"step": sc.step, "task": task.label, "step_run_id": sc.step_run_id, "patch": patch})
+            body = {"step": sc.step, "task": task.label, "step_run_id": sc.step_run_id, "task_run_id": run_id}
+            sc.emit("ctx.patched", {**body, "patch": patch})
 
 
 def _task_done(
@@ -234,6 +250,7 @@ def _task_done(
     task: Task,
     attempt: int,
     iteration: int | None,
+    run_id: str,
     outcome: Outcome,
     decision: Decision | None,
     fatal: dict[str, Any] | None,
@@ -254,6 +271,7 @@ def _task_done(
         "attempt": attempt,
         "iteration": iteration,
         "step_run_id": sc.step_run_id,
+        "task_run_id": run_id,
         **body,
         "error": fatal or outcome.error,
         "meta": outcome.meta,

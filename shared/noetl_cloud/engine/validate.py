@@ -3,7 +3,9 @@ when the playbook is registered instead (DSL v2 §12: errors at registration, no
 
 On top of the document model (root sections, step names, arc targets, non-canonical constructs)
 this checks what only the engine knows: task policies, jump labels, loops, admission rules, and
-the syntax of every template, each error naming its field path.
+the syntax of every template, each error naming its field path. The optional root sections this
+runtime does not implement (``executor``, ``workbook``: §1.1) are refused with the reason and what to
+write instead, rather than accepted and ignored.
 """
 
 from __future__ import annotations
@@ -19,13 +21,30 @@ from noetl_cloud.errors import ValidationFailed
 from noetl_cloud.spec.playbook import PlaybookDoc
 from noetl_cloud.tools.registry import default_registry
 
+#: Root sections the document model accepts (§1.1) that this runtime does not implement, with why.
+UNSUPPORTED_SECTIONS = {
+    "executor": "`executor` is not supported by this runtime, so it would be ignored: where a playbook runs "
+    "is chosen by how it is started (`noetl-cloud run` in this process, `POST /api/execute` distributed) "
+    "and its pool by the request's `execution_pool` (or a subscription's dispatch.execution_pool); "
+    "remove the section",
+    "workbook": "`workbook` is not supported by this runtime, so its tasks would never run: write each task "
+    "in the step's `tool` pipeline, and a task several steps share as a child playbook (`kind: playbook`); "
+    "remove the section",
+}
+
 
 def validate_playbook(doc: PlaybookDoc) -> None:
     """Raise :class:`ValidationFailed` naming every problem the engine would hit."""
+    problems: list[dict[str, str]] = [
+        {"field": name, "problem": message, "type": "unsupported_section"}
+        for name, message in UNSUPPORTED_SECTIONS.items()
+        if _holds_something(getattr(doc, name))
+    ]
+    if problems:
+        raise ValidationFailed("Playbook document failed validation", details=problems)
     compile_playbook(doc)
     raw = _raw_fields()
     env = _environment()
-    problems = []
     for path, text in _templates(doc.model_dump(mode="json", by_alias=True, exclude_none=True), "", raw):
         try:
             env.parse(text)
@@ -39,6 +58,15 @@ def validate_playbook(doc: PlaybookDoc) -> None:
             )
     if problems:
         raise ValidationFailed("Playbook document failed validation", details=problems)
+
+
+def _holds_something(value: Any) -> bool:
+    """Whether a section says anything: ``workbook: {tasks: {}}`` (the spec's own example) does not."""
+    if isinstance(value, dict):
+        return any(_holds_something(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_holds_something(item) for item in value)
+    return value is not None and value != ""
 
 
 def _raw_fields() -> frozenset[str]:

@@ -1,6 +1,7 @@
 """The local stack: ``noetl-cloud local up | down | status | env``.
 
-State lives in one folder (default ``local/.state`` of the repository, git-ignored;
+State lives in one folder (default ``local/.state`` of the checkout, found from the working directory
+or from where the package is installed, so the commands work from any folder; git-ignored;
 ``NOETL_LOCAL_STATE_DIR`` moves it): ``stack.json`` records what this launcher started (pid,
 port, start-up time), ``env`` holds the connection environment, ``logs/`` each component's log.
 
@@ -44,10 +45,27 @@ ROLE_WORKERS = {"ingress": 1}
 SPOOL_BUCKET = "noetl-local-spool"
 
 
-def default_state_dir(env: Mapping[str, str]) -> Path:
+def _is_checkout(folder: Path) -> bool:
+    return (folder / "functions").is_dir() and (folder / "local").is_dir()
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The checkout the stack belongs to: the nearest folder at or above ``start`` (default: the working
+    directory) that holds ``functions/`` and ``local/``; else the checkout this package is installed
+    from (an editable install); else ``start`` itself."""
+    here = (start or Path.cwd()).absolute()
+    for folder in (here, *here.parents):
+        if _is_checkout(folder):
+            return folder
+    installed = Path(__file__).resolve().parents[3]  # <checkout>/shared/noetl_cloud/local/stack.py
+    return installed if _is_checkout(installed) else here
+
+
+def default_state_dir(env: Mapping[str, str], start: Path | None = None) -> Path:
+    """``NOETL_LOCAL_STATE_DIR``, else ``local/.state`` of :func:`project_root`."""
     if env.get("NOETL_LOCAL_STATE_DIR"):
         return Path(env["NOETL_LOCAL_STATE_DIR"]).absolute()
-    return Path.cwd() / "local" / ".state"
+    return project_root(start) / "local" / ".state"
 
 
 @dataclass
@@ -58,6 +76,10 @@ class ComponentStatus:
     running: bool
     healthy: bool
     startup_seconds: float | None
+    #: ``service`` (PostgreSQL, an emulator) or ``role`` (a deployable, ``functions/<role>``).
+    kind: str = "service"
+    #: Whether the state folder records it as started (``up`` started it and no ``down`` stopped it yet).
+    recorded: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -73,7 +95,7 @@ class LocalStack:
     ) -> None:
         self.state_dir = state_dir
         self.pools = pools
-        self.root = root or Path.cwd()
+        self.root = root or project_root()
         self.ports = Ports.from_base(port_base)
         self.port_base = port_base
         self.state_file = state_dir / "stack.json"
@@ -343,10 +365,14 @@ class LocalStack:
             shutil.rmtree(self.state_dir, ignore_errors=True)
             echo(f"removed {self.state_dir}")
 
-    def status(self) -> list[ComponentStatus]:
+    def status(self, *, every_role: bool = False) -> list[ComponentStatus]:
+        """Every backing service and the roles the state folder recorded; with ``every_role`` also every
+        role of this checkout, running or not (after ``down`` each is listed as stopped)."""
         recorded = self._load().get("components", {})
         out = []
-        comps = {**self.components(), **self.role_components(self._recorded_roles(recorded), {})}
+        available = self.available_roles() if every_role else []
+        roles = [r for r in ROLE_PORTS if r in recorded or r in available]
+        comps = {**self.components(), **self.role_components(roles, {})}
         for name, comp in comps.items():
             entry = recorded.get(name, {})
             running = process.alive(entry.get("pid"), comp.marker)
@@ -358,6 +384,8 @@ class LocalStack:
                     running=running,
                     healthy=running and comp.healthy(),
                     startup_seconds=entry.get("startup_seconds"),
+                    kind="role" if name in ROLE_PORTS else "service",
+                    recorded=name in recorded,
                 )
             )
         return out
@@ -419,4 +447,4 @@ def export_lines(env: Mapping[str, str]) -> str:
     return "".join(f"export {k}='{v}'\n" for k, v in sorted(env.items()))
 
 
-__all__ = ["LocalStack", "StackError", "export_lines"]
+__all__ = ["LocalStack", "StackError", "default_state_dir", "export_lines", "project_root"]

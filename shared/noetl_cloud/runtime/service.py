@@ -36,6 +36,7 @@ from noetl_cloud.runtime.governor import RateGovernor
 from noetl_cloud.runtime.pipeline import Pipeline, PipelineConfig
 from noetl_cloud.runtime.port import ControlClient, RuntimeEvent, SourceClient
 from noetl_cloud.runtime.spooler import RuntimeSpooler
+from noetl_cloud.spec.common import problem_details
 from noetl_cloud.spec.subscription import SubscriptionDoc
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def check_document(path: str, document: dict[str, Any]) -> SubscriptionDoc:
         raise ValidationFailed(
             f"{path} is not a valid Subscription",
             code="invalid_subscription",
-            details=exc.errors(include_url=False, include_input=False),
+            details=problem_details(exc),  # {field, problem, type}, as the catalog answers them
         ) from None
     spec = doc.spec
     if spec.mode != "pull":

@@ -9,6 +9,7 @@ this workflow.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -19,7 +20,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from noetl_cloud.spec.common import ApiVersion, Metadata, SpecModel, raise_problems, rule
 
@@ -52,13 +53,54 @@ ARC_NON_CANONICAL = {
     "(step, when, args) and choose first-match or fan-out with next.spec.mode",
 }
 
+#: The root sections of §1.1, the step keys of §4.1 and the arc keys of §8.2.
+ROOT_SECTIONS = ("apiVersion", "kind", "metadata", "keychain", "executor", "workload", "workflow", "workbook")
+STEP_KEYS = ("step", "desc", "spec", "loop", "tool", "next")
+ARC_KEYS = ("step", "when", "args")
+
 #: Keys of a tool task that §12 lists as non-canonical.
 TASK_NON_CANONICAL = ("eval", "pipe")
 
 
-def _reject_keys(title: str, data: Any, table: dict[str, str]) -> None:
-    if isinstance(data, dict):
-        raise_problems(title, (rule((key,), "non_canonical", message) for key, message in table.items() if key in data))
+def _again(error: ErrorDetails) -> InitErrorDetails:
+    """A problem pydantic found, carried over into a combined error (its message kept as written)."""
+    message = error["msg"].replace("{", "(").replace("}", ")")  # a template: keep braces out
+    return InitErrorDetails(type=PydanticCustomError(error["type"], message), loc=error["loc"], input=None)
+
+
+def _strict_keys(
+    title: str,
+    data: Any,
+    handler: ValidatorFunctionWrapHandler,
+    *,
+    known: tuple[str, ...],
+    legacy: dict[str, str],
+    what: str,
+    after: Callable[[dict[str, Any]], list[InitErrorDetails]] | None = None,
+) -> Any:
+    """Validate ``data`` and report, in one error, its legacy keys (with their canonical form), its unknown
+    keys (with the keys ``what`` has) and what the model itself finds in the rest, so one answer lists
+    every problem rather than the first kind found. ``after`` runs the model's "after" checks on the raw
+    data when a field fails (they do not run then), for the problems at places not reported yet."""
+    if not isinstance(data, dict):
+        return handler(data)
+    own = [rule((key,), "non_canonical", message) for key, message in legacy.items() if key in data]
+    own += [
+        rule((key,), "unknown_key", f"`{key}` is not {what}: it has {', '.join(known)}")
+        for key in data
+        if isinstance(key, str) and key not in known and key not in legacy
+    ]
+    try:
+        value = handler({key: item for key, item in data.items() if key in known} if own else data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        seen = {tuple(error["loc"]) for error in errors}
+        more = [found for found in (after(data) if after else []) if tuple(found["loc"]) not in seen]
+        if not own and not more:
+            raise
+        raise_problems(title, [*own, *(_again(error) for error in errors), *more])
+    raise_problems(title, own)
+    return value
 
 
 class Arc(SpecModel):
@@ -68,11 +110,10 @@ class Arc(SpecModel):
     when: str | bool | None = None
     args: dict[str, Any] | None = None
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _canonical(cls, data: Any) -> Any:
-        _reject_keys("Arc", data, ARC_NON_CANONICAL)
-        return data
+    def _canonical(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        return _strict_keys("Arc", data, handler, known=ARC_KEYS, legacy=ARC_NON_CANONICAL, what="an arc key (§8.2)")
 
     @field_validator("when", mode="wrap")
     @classmethod
@@ -113,12 +154,6 @@ class Step(SpecModel):
     tool: dict[str, Any] | list[dict[str, Any]] | None = None
     next: Next | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _canonical(cls, data: Any) -> Any:
-        _reject_keys("Step", data, STEP_NON_CANONICAL)
-        return data
-
     @field_validator("tool", mode="wrap")
     @classmethod
     def _tool_shape(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
@@ -134,9 +169,30 @@ class Step(SpecModel):
         raise_problems("Step", _task_problems(self.tool))
         return self
 
+    # Defined after the "after" validator so that it wraps it: one answer lists every problem.
+    @model_validator(mode="wrap")
+    @classmethod
+    def _canonical(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        return _strict_keys(
+            "Step",
+            data,
+            handler,
+            known=STEP_KEYS,
+            legacy=STEP_NON_CANONICAL,
+            what="a step key (§4.1)",
+            after=lambda raw: _task_problems(_raw_tool(raw.get("tool"))),
+        )
+
     def targets(self) -> list[str]:
         """The steps this step's arcs lead to, in arc order."""
         return [arc.step for arc in self.next.arcs] if self.next else []
+
+
+def _raw_tool(tool: Any) -> dict[str, Any] | list[dict[str, Any]] | None:
+    """A tool that did not validate, when it has the shape :func:`_task_problems` reads."""
+    if isinstance(tool, dict) or (isinstance(tool, list) and all(isinstance(entry, dict) for entry in tool)):
+        return tool
+    return None
 
 
 def _task_problems(tool: dict[str, Any] | list[dict[str, Any]] | None) -> list[InitErrorDetails]:
@@ -163,6 +219,49 @@ def _task_problems(tool: dict[str, Any] | list[dict[str, Any]] | None) -> list[I
     ]
 
 
+def _routing_problems(routes: list[tuple[str, list[str]] | None]) -> list[InitErrorDetails]:
+    """Duplicate step names (at their second use) and arcs to steps the workflow lacks; ``routes`` holds
+    each step's name and arc targets in workflow order (``None`` for an entry that is not a step)."""
+    problems: list[InitErrorDetails] = []
+    first_use: dict[str, int] = {}
+    for index, route in enumerate(routes):
+        if route is None:
+            continue
+        if route[0] in first_use:
+            message = f"step name '{route[0]}' is already used by workflow.{first_use[route[0]]}"
+            problems.append(rule(("workflow", index, "step"), "duplicate_step", message))
+        else:
+            first_use[route[0]] = index
+    for index, route in enumerate(routes):
+        for arc_index, target in enumerate(route[1] if route else []):
+            if target not in first_use:
+                message = f"arc leads to '{target}', which is not a step of this workflow"
+                problems.append(rule(("workflow", index, "next", "arcs", arc_index, "step"), "unknown_step", message))
+    return problems
+
+
+def _raw_routes(data: Any) -> list[tuple[str, list[str]] | None]:
+    """The names and arc targets of a workflow that did not validate, as far as they can be read."""
+    steps = data.get("workflow") if isinstance(data, dict) else None
+    if not isinstance(steps, list):
+        return []
+    routes: list[tuple[str, list[str]] | None] = []
+    for entry in steps:
+        name = entry.get("step") if isinstance(entry, dict) else None
+        if not isinstance(name, str):
+            routes.append(None)
+            continue
+        router = entry.get("next")
+        arcs = router.get("arcs") if isinstance(router, dict) else router
+        targets = (
+            [arc["step"] for arc in arcs if isinstance(arc, dict) and isinstance(arc.get("step"), str)]
+            if isinstance(arcs, list)
+            else []
+        )
+        routes.append((name, targets))
+    return routes
+
+
 class PlaybookDoc(SpecModel):
     """A ``kind: Playbook`` catalog document (DSL v2). Only the root sections of §1.1 are accepted."""
 
@@ -175,31 +274,24 @@ class PlaybookDoc(SpecModel):
     workflow: list[Step] = Field(min_length=1)
     workbook: dict[str, Any] | list[Any] | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _canonical(cls, data: Any) -> Any:
-        _reject_keys("PlaybookDoc", data, ROOT_NON_CANONICAL)
-        return data
-
     @model_validator(mode="after")
     def _routing(self) -> PlaybookDoc:
-        problems: list[InitErrorDetails] = []
-        first_use: dict[str, int] = {}
-        for index, step in enumerate(self.workflow):
-            if step.step in first_use:
-                message = f"step name '{step.step}' is already used by workflow.{first_use[step.step]}"
-                problems.append(rule(("workflow", index, "step"), "duplicate_step", message))
-            else:
-                first_use[step.step] = index
-        for index, step in enumerate(self.workflow):
-            for arc_index, target in enumerate(step.targets()):
-                if target not in first_use:
-                    message = f"arc leads to '{target}', which is not a step of this workflow"
-                    problems.append(
-                        rule(("workflow", index, "next", "arcs", arc_index, "step"), "unknown_step", message)
-                    )
-        raise_problems("PlaybookDoc", problems)
+        raise_problems("PlaybookDoc", _routing_problems([(step.step, step.targets()) for step in self.workflow]))
         return self
+
+    # Defined after the "after" validator so that it wraps it: one answer lists every problem.
+    @model_validator(mode="wrap")
+    @classmethod
+    def _canonical(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        return _strict_keys(
+            "PlaybookDoc",
+            data,
+            handler,
+            known=ROOT_SECTIONS,
+            legacy=ROOT_NON_CANONICAL,
+            what="a DSL v2 root section (§1.1)",
+            after=lambda raw: _routing_problems(_raw_routes(raw)),
+        )
 
     @property
     def path(self) -> str:

@@ -4,6 +4,10 @@ The spool is found as the roles find it: ``--backend`` with ``--bucket`` / ``--d
 else the subscription's own ``spool`` block from the control plane (``NOETL_API_URL``) combined
 with ``NOETL_SPOOL_*``; else the deployment's spool (``NOETL_SPOOL_BACKEND`` / ``_BUCKET`` /
 ``_DIR``). ``drain`` runs the drainer in this process (leases make that safe beside the role).
+
+With a control plane to ask (``NOETL_API_URL``), a subscription the catalog does not have is an error
+(404 ``subscription_not_found``, exit 2), never an empty listing; when the control plane does not
+answer (mid-outage, which is when an operator looks) the spool is read all the same.
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from noetl_cloud.errors import BadRequest, ConfigError, Unavailable
+from noetl_cloud.errors import BadRequest, ConfigError, NotFound, Unavailable
 from noetl_cloud.settings import Settings
 from noetl_cloud.spec.spool import Spool
 from noetl_cloud.spool.backends import SettingsBackends
+from noetl_cloud.spool.engine import SpoolTarget
 from noetl_cloud.spool.events import spool_ref
 from noetl_cloud.spool.item import SpoolRef
 from noetl_cloud.spool.port import SpoolBackend
@@ -24,6 +29,7 @@ Print = Callable[[str], None]
 
 
 def open_spool(settings: Settings, subscription: str, backend: str | None, where: str | None) -> SpoolBackend:
+    target = registered(settings, subscription) if settings.api_url else None
     if backend is not None:
         if not where:
             raise BadRequest("--backend needs --bucket (gcs, s3) or --dir (local_disk)", code="usage")
@@ -31,15 +37,8 @@ def open_spool(settings: Settings, subscription: str, backend: str | None, where
         settings = settings.model_copy(update={"spool_backend": backend, field: where})
         return SettingsBackends(settings).resolve(Spool())[0]
     backends = SettingsBackends(settings)
-    if settings.spool_backend is None and settings.api_url:
-        from noetl_cloud.spool.bootstrap import CatalogTargets, api_client, downstream_of
-
-        try:
-            target = CatalogTargets(api_client(settings, retries=0), downstream_of(settings)).target(subscription)
-        except Unavailable:  # mid-outage, which is when an operator looks: the deployment's spool
-            target = None
-        if target is not None and target.enabled:
-            return backends.resolve(target.spool)[0]
+    if settings.spool_backend is None and target is not None and target.enabled:
+        return backends.resolve(target.spool)[0]
     default = backends.default()
     if default is None:
         raise ConfigError(
@@ -48,6 +47,22 @@ def open_spool(settings: Settings, subscription: str, backend: str | None, where
             code="config_missing",
         )
     return default[0]
+
+
+def registered(settings: Settings, subscription: str) -> SpoolTarget | None:
+    """The subscription's spool target in the catalog of ``settings.api_url``; :class:`NotFound` when the
+    catalog has no such subscription; ``None`` when the control plane cannot be asked."""
+    from noetl_cloud.spool.bootstrap import CatalogTargets, api_client, downstream_of
+
+    try:
+        target = CatalogTargets(api_client(settings, retries=0), downstream_of(settings)).target(subscription)
+    except Unavailable:  # mid-outage: the spool is read all the same
+        return None
+    if target is None:
+        raise NotFound(
+            f"no subscription {subscription} in the catalog of {settings.api_url}", code="subscription_not_found"
+        )
+    return target
 
 
 def _rows(spool: SpoolBackend, subscription: str, *, dlq: bool, lane: str | None, limit: int) -> list[dict[str, Any]]:

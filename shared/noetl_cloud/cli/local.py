@@ -1,0 +1,59 @@
+"""``noetl-cloud local up | down | status | env``: the local stack (noetl_cloud.local.stack)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from noetl_cloud.cli.output import say
+
+if TYPE_CHECKING:
+    from noetl_cloud.local.stack import ComponentStatus, LocalStack
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    local = sub.add_parser("local", help="the local stack: PostgreSQL and the emulators as processes")
+    local.add_argument("action", choices=["up", "down", "status", "env"])
+    local.add_argument("--json", action="store_true", help="status as JSON")
+    local.add_argument("--purge", action="store_true", help="down: also delete the state folder and its data")
+    local.add_argument(
+        "--roles", default="", help="up: roles to run too, comma-separated, or 'all' (every functions/<role>)"
+    )
+    local.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from noetl_cloud.local.stack import LocalStack, export_lines
+
+    stack = LocalStack.from_env(os.environ)
+    if args.action == "up":
+        roles = stack.available_roles() if args.roles == "all" else [r for r in args.roles.split(",") if r]
+        stack.up(echo=say, roles=roles)
+    elif args.action == "down":
+        stack.down(echo=say, purge=args.purge)
+    elif args.action == "env":
+        sys.stdout.write(export_lines(stack.env()))
+    elif args.action == "status":
+        rows = stack.status(every_role=True)
+        if args.json:
+            print(json.dumps([r.to_dict() for r in rows], indent=2))
+        else:
+            print("\n".join(status_lines(stack, rows)))
+        # Up means every service and every role `up` started answers; a role never started is listed, not missed.
+        return 0 if all(r.healthy for r in rows if r.kind == "service" or r.recorded) else 1
+    return 0
+
+
+def status_lines(stack: LocalStack, rows: list[ComponentStatus]) -> list[str]:
+    """The state folder read, then one line per backing service and role."""
+    recorded = stack.state_file.is_file()
+    where = f"state folder {stack.state_dir}" + ("" if recorded else " (nothing recorded: never started here)")
+    lines = [where, f"{'component':<20} {'kind':<7} {'port':>6} {'pid':>8}  state      started in"]
+    for r in rows:
+        state = "healthy" if r.healthy else ("unhealthy" if r.running else "stopped")
+        started = f"{r.startup_seconds:.2f} s" if r.startup_seconds is not None else "-"
+        lines.append(f"{r.name:<20} {r.kind:<7} {r.port:>6} {r.pid or '-':>8}  {state:<10} {started}")
+    return lines
