@@ -104,6 +104,9 @@ class Settings(BaseModel):
     # sequential step in its report's answer and runs it at once (0: every command through its topic).
     # Keep it well under the push subscription's ack deadline.
     worker_eager_budget_s: Annotated[float, Field(ge=0, le=600)] = 30.0
+    # Threads per worker process for the further commands a report takes back from its pool (0: one
+    # command at a time per delivery). Each runs that command's own chain, within the same budget.
+    worker_eager_slots: Annotated[int, Field(ge=0, le=31)] = 4
 
     # Web and the internal API.
     max_request_bytes: Annotated[int, Field(ge=1024, le=32 * 1024 * 1024)] = 1024 * 1024

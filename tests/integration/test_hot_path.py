@@ -48,8 +48,9 @@ def _claim_first(client: FlaskClient, plane: ControlPlane, execution_id: str) ->
     return claimed.get_json()  # type: ignore[no-any-return]
 
 
-def _report(client: FlaskClient, command: dict[str, Any], *, accept_next: bool = True) -> dict[str, Any]:
+def _report(client: FlaskClient, command: dict[str, Any], *, accept_next: bool = True, **extra: Any) -> dict[str, Any]:
     body = {
+        **extra,
         "command_id": command["command_id"],
         "worker_id": "w1",
         "attempt": command["attempt"],
@@ -138,6 +139,32 @@ def test_a_worker_with_no_next_step_of_its_own_gets_the_oldest_command_waiting_i
     assert refused.status_code == 409  # its notification, when it comes, finds it taken
     assert _report(client, handed)["next"] == []  # nothing left in the shared pool
     assert client.get(f"/api/executions/{elsewhere['execution_id']}").get_json()["status"] == "started"
+
+
+def test_a_report_fills_the_workers_free_slots_with_its_next_step_then_the_oldest_waiting_commands(
+    client: FlaskClient, plane: ControlPlane, topics: Topics
+) -> None:
+    register(client, chain_playbook("hot/slots", 2))
+    register(client, chain_playbook("hot/one", 1))
+    mine = client.post("/api/execute", json={"path": "hot/slots"}).get_json()["execution_id"]
+    waiting = [client.post("/api/execute", json={"path": "hot/one"}).get_json()["execution_id"] for _ in range(3)]
+    answer = _report(client, _claim_first(client, plane, mine), next_slots=3)
+    # Its own next step first, then the two oldest commands of the pool; the third stays issued.
+    assert [(c["execution_id"], c["status"], c["worker_id"]) for c in answer["next"]] == [
+        (mine, "claimed", "w1"),
+        (waiting[0], "claimed", "w1"),
+        (waiting[1], "claimed", "w1"),
+    ]
+    with plane.engine.connect() as conn:
+        left = conn.execute(
+            text("SELECT status FROM command WHERE execution_id = :e"), {"e": int(waiting[2])}
+        ).scalar_one()
+    assert left == "issued"
+    handed = answer["next"][1]
+    report = {"command_id": handed["command_id"], "worker_id": "w1", "attempt": 1, "status": "ok"}
+    too_many = client.post("/api/events", json={**report, "accept_next": True, "next_slots": 33})
+    assert too_many.status_code == 422 and "next_slots" in str(too_many.get_json())  # at most 32 back
+    assert client.post("/api/events", json={**report, "accept_next": True, "next_slots": 32}).status_code == 200
 
 
 def test_an_eagerly_handed_command_whose_worker_died_is_issued_again_by_the_reaper(

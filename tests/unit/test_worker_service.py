@@ -415,3 +415,32 @@ def test_a_child_started_inside_an_iteration_carries_the_iteration_as_meta_paren
     (started,) = api.calls_to("execute")
     assert started["meta"] == {"parent_iter": {"hotel": "h2", "index": 1}}
     assert api.reports[0]["result"] == ["h2/1-r1/0", "h2/1-r2/1"]
+
+
+def test_a_report_offers_the_free_slots_and_the_commands_handed_over_run_at_once_on_them() -> None:
+    api = InMemoryControlPlane(now=lambda: NOW)
+    together = threading.Barrier(3, timeout=GUARD_S)  # the three handed commands, running at one time
+
+    def meet(_call: ToolCall) -> str:
+        if hook.calls > 1:  # the delivered command runs alone; the three handed to its report meet
+            together.wait()
+        return "met"
+
+    hook = Hook(meet)
+    first, *handed = [api.add_command(adhoc({"h": {"kind": "hook"}}, command_id=str(3001 + i))) for i in range(4)]
+    svc = service(api, hook, eager_slots=2)
+    assert svc.handle(note(first)) == Handled("reported", "3001", "ok")
+    reports = {r["command_id"]: r for r in api.reports}
+    assert sorted(reports) == ["3001", "3002", "3003", "3004"] and not together.broken
+    assert reports["3001"]["next_slots"] == 3  # its own thread's next command and two slots
+    assert all(api.commands[c["command_id"]]["worker_id"] == WORKER for c in handed)
+    assert svc.slots.free == 2  # every slot back once its command's chain ended
+
+
+def test_without_slots_a_delivery_takes_one_command_at_a_time() -> None:
+    api = InMemoryControlPlane(now=lambda: NOW)
+    first, *_rest = [api.add_command(adhoc({"n": {"kind": "noop"}}, command_id=str(3001 + i))) for i in range(3)]
+    svc = service(api)
+    assert svc.handle(note(first)) == Handled("reported", "3001", "ok")
+    assert [r["command_id"] for r in api.reports] == ["3001", "3002", "3003"]  # one after another
+    assert all("next_slots" not in r for r in api.reports)

@@ -58,20 +58,22 @@ class CommandAccess:
         self.relay.hand_off(rows)
         return document
 
-    def claim_queued(self, pool: str, worker_id: str) -> dict[str, Any] | None:
-        """Claim the oldest command waiting in ``pool`` for ``worker_id`` (its notification, when it
-        arrives, finds it claimed); its document, or ``None`` when none is waiting. A command of an
-        ended execution is left for the claim that cancels it."""
+    def claim_queued(self, pool: str, worker_id: str, limit: int = 1) -> list[dict[str, Any]]:
+        """Claim the ``limit`` oldest commands waiting in ``pool`` for ``worker_id`` (their notifications,
+        when they arrive, find them claimed); their documents, oldest first (none when none is waiting).
+        A command of an ended execution is left for the claim that cancels it."""
         tenant, org = self.tenant
         rows: list[OutboxRow] = []
         with self.engine.begin() as conn:
-            command_id = conn.execute(
-                _CLAIM_QUEUED,
-                {"pool": pool, "worker": worker_id, "lease": self.lease_s, "t": tenant, "o": org},
-            ).scalar()
-            document = self._claimed(conn, command_id, worker_id, rows) if command_id is not None else None
+            claimed = sorted(
+                conn.execute(
+                    _CLAIM_QUEUED,
+                    {"pool": pool, "worker": worker_id, "lease": self.lease_s, "t": tenant, "o": org, "n": limit},
+                ).scalars()
+            )
+            documents = [self._claimed(conn, command_id, worker_id, rows) for command_id in claimed]
         self.relay.hand_off(rows)
-        return document
+        return documents
 
     def _claimed(self, conn: Connection, command_id: int, worker_id: str, outbox: list[OutboxRow]) -> dict[str, Any]:
         """The document of a command just claimed, after its ``command.claimed`` event."""
@@ -222,15 +224,15 @@ def _claim(which: str) -> TextClause:
     return text(
         "UPDATE command c SET status = 'claimed', worker_id = :worker, updated_at = now(), "
         "lease_expires_at = now() + make_interval(secs => :lease) "
-        f"WHERE c.command_id = {which} AND c.status = 'issued' AND EXISTS (SELECT 1 FROM execution e "
+        f"WHERE c.command_id {which} AND c.status = 'issued' AND EXISTS (SELECT 1 FROM execution e "
         "  WHERE e.execution_id = c.execution_id AND e.status NOT IN ('completed', 'failed', 'cancelled')) "
         "RETURNING c.command_id"
     )
 
 
-_CLAIM = _claim(":id AND c.tenant_id = :t AND c.organization_id = :o")
-# The oldest command waiting in a pool (the partial index ix_command_issued).
+_CLAIM = _claim("= :id AND c.tenant_id = :t AND c.organization_id = :o")
+# The ``:n`` oldest commands waiting in a pool (the partial index ix_command_issued).
 _CLAIM_QUEUED = _claim(
-    "(SELECT q.command_id FROM command q WHERE q.status = 'issued' AND q.tenant_id = :t "
-    "  AND q.organization_id = :o AND q.execution_pool = :pool ORDER BY q.command_id LIMIT 1 FOR UPDATE SKIP LOCKED)"
+    "= ANY(ARRAY(SELECT q.command_id FROM command q WHERE q.status = 'issued' AND q.tenant_id = :t "
+    "  AND q.organization_id = :o AND q.execution_pool = :pool ORDER BY q.command_id LIMIT :n FOR UPDATE SKIP LOCKED))"
 )

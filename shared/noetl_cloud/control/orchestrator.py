@@ -212,9 +212,8 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
             rows = self.write(conn, turn)
             handed = [self._command_document(conn, eager)] if eager is not None else []
         self.relay.hand_off(rows)
-        if body.accept_next and not handed:  # no next step of its own: the oldest command waiting in its pool
-            queued = self.claim_queued(state.pool, body.worker_id)
-            handed = [queued] if queued is not None else []
+        if body.accept_next and len(handed) < body.next_slots:  # its free slots: the oldest commands waiting
+            handed += self.claim_queued(state.pool, body.worker_id, body.next_slots - len(handed))
         return {"accepted": True, "duplicate": False, "execution_status": state.status, "next": handed}
 
     def _hand_next(self, turn: Turn, worker_id: str) -> Any:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 #: The events a worker may report for a command run; everything else is the control plane's to emit.
 WORKER_EVENTS = frozenset({"task.started", "task.done", "ctx.patched"})
 MAX_REPORTED_EVENTS = 10_000
+MAX_NEXT_SLOTS = 32  # commands one report may take back for the worker's free threads
 
 
 class ReportedEvent(BaseModel):
@@ -39,10 +40,11 @@ class WorkerReport(BaseModel):
     error: dict[str, Any] | None = None
     ctx_patch: list[PatchOp] = Field(default_factory=list, max_length=MAX_REPORTED_EVENTS)
     events: list[ReportedEvent] = Field(default_factory=list, max_length=MAX_REPORTED_EVENTS)
-    # Eager dispatch: the worker will run the next command itself. The answer's ``next`` holds one,
-    # already claimed for it (no Pub/Sub hop): the one command this report issued when it issued
-    # exactly one, else the oldest command waiting in the execution's pool, if any.
+    # Eager dispatch: the worker will run the next commands itself. The answer's ``next`` holds up to
+    # ``next_slots`` of them, already claimed for it (no Pub/Sub hop): first the one command this report
+    # issued when it issued exactly one, then the oldest commands waiting in the execution's pool.
     accept_next: bool = False
+    next_slots: int = Field(default=1, ge=1, le=MAX_NEXT_SLOTS)
 
 
 class WorkerRef(BaseModel):

@@ -101,6 +101,7 @@ def service_from_settings(settings: Settings) -> WorkerService:
         tools=default_registry(),
         heartbeat_s=settings.worker_heartbeat_s,
         eager_budget_s=settings.worker_eager_budget_s,
+        eager_slots=settings.worker_eager_slots,
         frames=frames,
         payloads=payload_store(settings),
     )

@@ -2,8 +2,9 @@
 
 It keeps commands, executions and the reports it accepted, applies the contract's answers (one claim per
 command, heartbeats only from the holder, one accepted report per command) and records every call. It
-does no orchestration: a report ends its command and nothing is issued next. Faults are scripted per
-route with :meth:`InMemoryControlPlane.fail`.
+does no orchestration: a report ends its command and nothing is issued next (a report with
+``accept_next`` is handed the oldest issued commands, up to its ``next_slots``, as the pool handoff
+does). Faults are scripted per route with :meth:`InMemoryControlPlane.fail`.
 """
 
 from __future__ import annotations
@@ -162,7 +163,12 @@ class InMemoryControlPlane:
             return _error(409, "lease_lost", "the command is no longer this worker's")
         command["status"] = "completed" if body.get("status") == "ok" else "failed"
         self.reports.append(copy.deepcopy(body))
-        return _answer(200, {"accepted": True, "duplicate": False})
+        handed = []
+        if body.get("accept_next"):  # the pool handoff: the oldest issued commands, claimed for the worker
+            for waiting in [c for c in self.commands.values() if c["status"] == "issued"][: body.get("next_slots", 1)]:
+                waiting.update(status="claimed", worker_id=body.get("worker_id"), lease_expires_at=self._lease())
+                handed.append(copy.deepcopy(waiting))
+        return _answer(200, {"accepted": True, "duplicate": False, "next": handed})
 
     def _execute(self, _id: Any, body: Any) -> ApiResponse:
         dedup = (body or {}).get("dedup") or {}

@@ -15,8 +15,11 @@ nothing is reported.
 Eager dispatch: the worker reports with ``accept_next`` while the delivery is younger than
 ``eager_budget_s``; when the report issues exactly one next command, the answer holds it already
 claimed for this worker, and the worker runs it in the same delivery (a sequential chain pays no
-Pub/Sub hop per step). The delivery's outcome is its first command's; a later command whose report
-cannot be delivered keeps its lease until it runs out, and the reaper issues it again.
+Pub/Sub hop per step). The report also offers the process's free slots (``worker/slots.py``,
+``next_slots``): the answer fills them with the oldest commands waiting in the pool, already claimed,
+and each runs its own chain on a slot thread, so a worker keeps as many commands in flight as it has
+threads whatever the push concurrency. The delivery's outcome is its first command's; a later command
+whose report cannot be delivered keeps its lease until it runs out, and the reaper issues it again.
 
 A ``kind: playbook`` task starts a child execution with ``POST /api/execute`` (``parent_execution_id``
 set, ``meta.parent_iter`` when started inside a loop iteration, and a dedup key
@@ -30,11 +33,13 @@ completed and ``child_failed`` otherwise.
 from __future__ import annotations
 
 import contextvars
+import functools
 import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -48,6 +53,7 @@ from noetl_cloud.observability import TraceContext, current_trace, execution_sco
 from noetl_cloud.web.client import ApiResponse, UpstreamUnavailable
 from noetl_cloud.worker.port import ControlPlaneApi, error_code, error_message
 from noetl_cloud.worker.run import PlanCache, RunChild, run_command
+from noetl_cloud.worker.slots import Slots
 
 if TYPE_CHECKING:
     from noetl_cloud.payload.port import PayloadStore
@@ -169,6 +175,7 @@ class WorkerService:
         frames: ControlPlaneApi | None = None,
         payloads: PayloadStore | None = None,
         eager_budget_s: float = 30.0,
+        eager_slots: int = 0,
     ) -> None:
         if heartbeat_s <= 0:
             raise ValueError("heartbeat_s must be > 0")
@@ -191,6 +198,7 @@ class WorkerService:
         self.frames = frames  # the frames role's API, for cursor loops (the control plane's when unset)
         self.payloads = payloads  # where frame rows go as Arrow IPC
         self.eager_budget_s = eager_budget_s  # how long one delivery keeps taking next commands (0: never)
+        self.slots = Slots(eager_slots)  # threads for the further commands a report hands over
 
     # -- one delivery ------------------------------------------------------------------------------
 
@@ -213,24 +221,36 @@ class WorkerService:
             return self._claim_refused(note, claim)
         command = claim.json if isinstance(claim.json, dict) else {}
         deadline = time.monotonic() + self.eager_budget_s
-        handled, following = self._run(command, cid, _attempt(command.get("attempt"), note.attempt), deadline)
-        while following is not None:  # eager dispatch: the next command, already claimed for us
+        filled: list[Future[None]] = []  # slots this delivery filled: it answers after they are done
+        handled, following = self._run(command, cid, _attempt(command.get("attempt"), note.attempt), deadline, filled)
+        self._chain(following, deadline, filled)
+        for slot in filled:
+            if slot.exception() is not None:  # waits for it; its commands' leases run out for the reaper
+                log.error("a command run on a slot failed", exc_info=slot.exception())
+        return handled
+
+    def _chain(self, following: dict[str, Any] | None, deadline: float, filled: list[Future[None]] | None) -> None:
+        """Run handed commands one after another, each already claimed for us (eager dispatch)."""
+        while following is not None:
             next_id = str(following.get("command_id"))
             try:
                 with execution_scope(str(following.get("execution_id"))):
-                    _next, following = self._run(following, next_id, _attempt(following.get("attempt"), 1), deadline)
+                    _next, following = self._run(
+                        following, next_id, _attempt(following.get("attempt"), 1), deadline, filled
+                    )
             except UpstreamUnavailable:
                 log.warning(
                     "an eagerly handed command was not reported; the reaper issues it again",
                     extra={"command_id": next_id},
                 )
                 break
-        return handled
 
     def _run(
-        self, command: dict[str, Any], cid: str, attempt: int, deadline: float
+        self, command: dict[str, Any], cid: str, attempt: int, deadline: float, filled: list[Future[None]] | None
     ) -> tuple[Handled, dict[str, Any] | None]:
-        """Run one claimed command and report it; the next command the answer hands over, if any."""
+        """Run one claimed command and report it; the next command the answer hands over, if any. With
+        ``filled`` (the delivery's own thread), the report also offers the free slots, and the further
+        commands handed over start on them (appended to ``filled``)."""
         log.info("command claimed", extra={"command_id": cid, "step": command.get("step"), "attempt": attempt})
 
         stopped = threading.Event()
@@ -273,13 +293,27 @@ class WorkerService:
 
         body = report.to_body(self.worker_id, attempt, cid)
         body["accept_next"] = time.monotonic() < deadline
-        answer = self._call("POST", "/api/events", body)
+        reserved = self.slots.reserve() if body["accept_next"] and filled is not None else 0
+        if reserved:
+            body["next_slots"] = 1 + reserved
+        try:
+            answer = self._call("POST", "/api/events", body)
+        except BaseException:
+            self.slots.release(reserved)
+            raise
+        handed = answer.json.get("next") if answer.ok and isinstance(answer.json, dict) else None
+        commands = [c for c in handed if isinstance(c, dict)] if isinstance(handed, list) else []
+        further = commands[1 : 1 + reserved]
+        self.slots.release(reserved - len(further))
+        for handed_over in further:
+            assert filled is not None  # only a report that offered slots gets more than one command
+            filled.append(self.slots.run(functools.partial(self._chain, handed_over, deadline, None)))
         if answer.ok:
             duplicate = isinstance(answer.json, dict) and answer.json.get("duplicate") is True
             log.info("command reported", extra={"command_id": cid, "status": report.status, "duplicate": duplicate})
-            handed = answer.json.get("next") if isinstance(answer.json, dict) else None
-            following = handed[0] if isinstance(handed, list) and handed and isinstance(handed[0], dict) else None
-            return Handled("duplicate" if duplicate else "reported", cid, report.status), following
+            return Handled("duplicate" if duplicate else "reported", cid, report.status), (
+                commands[0] if commands else None
+            )
         if answer.status == 409:
             log.info("report refused: the lease was taken over", extra={"command_id": cid, "code": error_code(answer)})
             return Handled("lease_lost", cid, report.status), None
