@@ -76,8 +76,8 @@ class ExecutionRows:
         )
 
     def write(self, conn: Connection, turn: Turn) -> list[OutboxRow]:
-        """Write one turn of an existing execution: state, events, commands, loops, notifications, in one
-        statement after the stream head's bump (two round trips)."""
+        """Write one turn of an existing execution: state, the commands it ended, events, commands, loops,
+        notifications, in one statement after the stream head's bump (two round trips)."""
         s = turn.state
         ended = s.status in ENDED
         if s.status == "failed":  # not in the batch: one statement may not update a row twice
@@ -103,6 +103,12 @@ class ExecutionRows:
                 "id": int(s.execution_id),
             },
         )
+        for outcome in turn.ended_commands:
+            batch.statement(
+                "UPDATE command SET status = :status, result = CAST(:result AS jsonb), "
+                "error = CAST(:error AS jsonb), lease_expires_at = NULL, updated_at = now() WHERE command_id = :id",
+                outcome,
+            )
         for loop in turn.changed_loops.values():
             batch.statement(
                 "UPDATE loop_run SET next_index = :next_index, in_flight = :in_flight, "

@@ -299,17 +299,13 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
             aggregate_id=str(cmd.command_id),
             key=turn.key("command", cmd.command_id, "ended"),
         )
-        conn.execute(
-            text(
-                "UPDATE command SET status = :status, result = CAST(:result AS jsonb), error = CAST(:error AS jsonb), "
-                "lease_expires_at = NULL, updated_at = now() WHERE command_id = :id"
-            ),
+        turn.ended_commands.append(  # written with the turn, in its one statement
             {
                 "status": "completed" if status == "ok" else "failed",
                 "result": _json(result),
                 "error": _json(error) if error is not None else None,
                 "id": cmd.command_id,
-            },
+            }
         )
         if state.ended:
             return  # cancelled or failed meanwhile: the outcome is recorded, nothing more runs

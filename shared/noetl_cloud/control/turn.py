@@ -109,6 +109,7 @@ class Turn:
         self.new_loops: dict[str, dict[str, Any]] = {}
         self.new_stages: list[dict[str, Any]] = []  # stages of cursor loops (docs/frames.md)
         self.changed_loops: dict[str, dict[str, Any]] = {}
+        self.ended_commands: list[dict[str, Any]] = []  # the outcome of each command this turn ended
         self.queue: deque[tuple[str, dict[str, Any]]] = deque()
         self.failure: dict[str, Any] | None = None
         self.last: str | None = None
