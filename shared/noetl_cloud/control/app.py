@@ -189,7 +189,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
 
     # -- internal -------------------------------------------------------------------------------
 
-    @app.get("/api/internal/ingress/<listener>")
+    @app.get("/api/internal/ingress/<listener:listener>")
     def listener_config(listener: str) -> Response:
         if settings.ingress_principals and g.caller.principal not in settings.ingress_principals:
             raise Forbidden("only the ingress role reads listener configuration", code="not_ingress")
@@ -197,7 +197,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         response.headers["Cache-Control"] = "no-store"
         return response
 
-    @app.post("/api/internal/ingress/<listener>/audit")
+    @app.post("/api/internal/ingress/<listener:listener>/audit")
     def listener_audit(listener: str) -> tuple[dict[str, Any], int]:
         if settings.ingress_principals and g.caller.principal not in settings.ingress_principals:
             raise Forbidden("only the ingress role records listener verdicts", code="not_ingress")

@@ -31,7 +31,7 @@ def build_app(settings: Settings, service: IngressService) -> Flask:
     # applied per request, from its configuration, before the body is read.
     app = create_app("ingress", settings.model_copy(update={"max_request_bytes": MAX_LISTENER_BODY}))
 
-    @app.post("/ingress/<listener>")
+    @app.post("/ingress/<listener:listener>")
     def receive(listener: str) -> tuple[Response, int]:
         config = service.config(listener)
         limit = int(config.get("max_body_bytes") or settings.max_request_bytes)

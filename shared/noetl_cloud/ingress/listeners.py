@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from noetl_cloud.errors import NoetlError, NotFound, Unavailable
-from noetl_cloud.web.client import ApiClient
+from noetl_cloud.web.client import ApiClient, segment
 
 
 class UnknownListener(NotFound):
@@ -60,7 +60,7 @@ class ListenerDirectory:
 
     def _fetch(self, listener: str) -> dict[str, Any] | None:
         try:
-            response = self.api.get(f"/api/internal/ingress/{listener}")
+            response = self.api.get(f"/api/internal/ingress/{segment(listener)}")
         except NoetlError as exc:
             raise ControlPlaneUnavailable("the control plane did not answer; retry later") from exc
         if response.status == 404:

@@ -36,7 +36,7 @@ from noetl_cloud.ingress.verify import Rejection, VerifiedIdentity, VerifyConfig
 from noetl_cloud.kv.port import KeyValueStore
 from noetl_cloud.observability import Counters
 from noetl_cloud.ratelimit import TokenBucket
-from noetl_cloud.web.client import ApiClient
+from noetl_cloud.web.client import ApiClient, segment
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,8 @@ class IngressService:
         header_pairs: Sequence[tuple[str, str]],
         query: Mapping[str, str] | None = None,
     ) -> Outcome:
+        # Replay claims, rate buckets and metric labels key on the name the control plane bound.
+        listener = str(config.get("listener") or listener)
         self.counters.inc("ingress_received", listener=listener)
         verify_cfg = VerifyConfig.from_mapping(config.get("verify") or {})
         identity = self._verify(listener, config, verify_cfg, body, header_pairs, query or {})
@@ -387,7 +389,7 @@ class IngressService:
         """Best effort: an audit record must never turn a verdict into a 5xx."""
         try:
             self.api.post(
-                f"/api/internal/ingress/{listener}/audit", json={"event_type": event_type, "payload": payload}
+                f"/api/internal/ingress/{segment(listener)}/audit", json={"event_type": event_type, "payload": payload}
             )
         except NoetlError:
             log.warning("audit event not recorded", extra={"listener": listener, "event_type": event_type})

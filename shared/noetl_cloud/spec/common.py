@@ -28,6 +28,10 @@ POOL_NAME = r"^[a-z][a-z0-9-]{0,30}$"
 #: A Secrets Wallet alias: a name, never a value (no spaces, no ``$``, no braces).
 WALLET_ALIAS = r"^[A-Za-z0-9_][A-Za-z0-9_.:/@-]{0,254}$"
 
+#: A listener name: the one segment after ``/ingress/`` of a push route. Lowercase only, so every
+#: listener has exactly one spelling; routes take it through the ``listener`` URL converter.
+LISTENER_NAME = r"[a-z0-9][a-z0-9_-]{0,62}"
+
 #: An HTTP field name (RFC 9110 token); also fits Pub/Sub attribute and Kafka / NATS header keys.
 HEADER_NAME = r"^[a-z0-9!#$%&'*+.^_`|~-]+$"
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from flask import Flask, Response, g, request
 from pydantic import BaseModel, ValidationError
-from werkzeug.routing import IntegerConverter, Map
+from werkzeug.routing import BaseConverter, IntegerConverter, Map
 
 from noetl_cloud.errors import BadRequest, PayloadTooLarge
 from noetl_cloud.observability import (
@@ -24,6 +24,7 @@ from noetl_cloud.observability import (
     current_trace,
 )
 from noetl_cloud.settings import Settings
+from noetl_cloud.spec.common import LISTENER_NAME
 from noetl_cloud.web.errors import register_error_handlers, validation_failed
 
 M = TypeVar("M", bound=BaseModel)
@@ -53,9 +54,18 @@ class IdConverter(IntegerConverter):
         super().__init__(url_map, *args, **kwargs)  # type: ignore[arg-type]
 
 
+class ListenerConverter(BaseConverter):
+    """``<listener:...>``: exactly the names a subscription can register. Any other segment (a
+    decoded ``%3F`` or ``%23``, a space, CR/LF, upper case) matches no route, so it is a 404 before
+    a handler, a cache, a rate bucket or a metric label ever sees it."""
+
+    regex = LISTENER_NAME
+
+
 def create_app(role: str, settings: Settings) -> Flask:
     app = Flask(f"noetl_cloud.{role}")
     app.url_map.converters["int"] = IdConverter
+    app.url_map.converters["listener"] = ListenerConverter
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.config["NOETL_SETTINGS"] = settings
     app.json.sort_keys = False  # type: ignore[attr-defined]

@@ -72,6 +72,12 @@ _ERROR_CLASSES: dict[int, type[NoetlError]] = {
 }
 
 
+def segment(value: object) -> str:
+    """``value`` as one percent-encoded path segment: every call that puts a name or an id into a
+    path goes through this, so a ``?``, ``#``, ``/`` or space in it cannot end the path or add one."""
+    return urllib.parse.quote(str(value), safe="")
+
+
 class UpstreamUnavailable(Unavailable):
     """The API could not be reached or kept answering "try later" until the retries ran out."""
 

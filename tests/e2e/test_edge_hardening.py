@@ -1,0 +1,156 @@
+"""The public edge under hostile input, on the local stack (issue #21): the execute and ingress roles
+run as their deployables do (gunicorn), against the stack's PostgreSQL and emulators.
+
+Each test names the symptom it proves gone: listener aliases from the URL, bodies cut at a limit,
+non-ASCII and large bodies that could not be forwarded, repeated directive headers, input that
+answered 500.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import urllib3
+from sqlalchemy import create_engine, text
+from standardwebhooks.webhooks import Webhook
+
+from noetl_cloud.db.engine import normalize_url
+from noetl_cloud.web.client import ApiClient, static_token
+from tests.e2e.roles import role
+from tests.e2e.test_ingress_push import HMAC_SECRET, SW_SECRET
+from tests.integration.control_fixtures import TOKEN, Topics, events_topic_for, playbook
+
+HTTP = urllib3.PoolManager(retries=False)
+
+
+@pytest.fixture
+def stack(
+    database_url: str, local_env: dict[str, str], topic_prefix: str, topics: Topics
+) -> Iterator[Callable[[], tuple[str, str]]]:
+    """The execute and ingress roles on a fresh database; ``stack()`` gives their base URLs."""
+    env = {
+        **local_env,
+        "NOETL_DATABASE_URL": database_url,
+        "NOETL_INTERNAL_API_TOKEN": TOKEN,
+        "NOETL_COMMAND_TOPIC_PREFIX": topic_prefix,
+        "NOETL_EVENTS_TOPIC": events_topic_for(topic_prefix),
+        "NOETL_POOLS": "shared,iot",
+        "NOETL_SECRET_HMAC_SECRET": HMAC_SECRET,
+        "NOETL_SECRET_SW_SECRET": SW_SECRET,
+    }
+    with role("execute", env) as api_url, role("ingress", {**env, "NOETL_API_URL": api_url}) as ingress_url:
+        yield lambda: (api_url, ingress_url)
+
+
+def listener_yaml(name: str, verify: str, *, source: str = "webhook", ingress: str = "", headers: str = "") -> str:
+    return f"""\
+apiVersion: noetl.io/v1
+kind: Subscription
+metadata: {{name: {name}, path: subscriptions/{name}}}
+spec:
+  source: {source}
+  mode: push
+  ingress:
+    gateway_path: /ingress/{name}
+    verify: {verify}
+{ingress}  dispatch: {{playbook: domain/handle, payload_from: message.json, execution_pool: shared}}
+  headers:
+    directives:
+      - {{header: x-noetl-route, controls: dispatch.playbook, allowed: [domain/handle, domain/fraud]}}
+{headers}"""
+
+
+def register(api_url: str, *documents: str) -> None:
+    """Register the playbooks, then each subscription document, and activate it."""
+    with ApiClient(api_url, token_source=static_token(TOKEN)) as api:
+        for path in ("domain/handle", "domain/fraud"):
+            api.post("/api/catalog", json={"content": playbook(path)}).raise_for_error()
+        for document in documents:
+            path = api.post("/api/catalog", json={"content": document}).raise_for_error().json["path"]
+            sid = api.post("/api/subscriptions/register", json={"path": path}).raise_for_error()
+            api.post(f"/api/subscriptions/{sid.json['subscription_id']}/activate").raise_for_error()
+
+
+def rows(database_url: str, sql: str) -> list[Any]:
+    engine = create_engine(normalize_url(database_url))
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(text(sql)).all())
+    finally:
+        engine.dispose()
+
+
+def executions(database_url: str) -> list[Any]:
+    return rows(database_url, "SELECT path, meta FROM execution ORDER BY created_at")
+
+
+def standard_webhook(body: bytes) -> dict[str, str]:
+    msg_id = f"msg_{secrets.token_hex(8)}"
+    signature = Webhook(SW_SECRET).sign(msg_id, datetime.fromtimestamp(int(time.time()), UTC), body.decode())
+    return {
+        "Content-Type": "application/json",
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(time.time())),
+        "webhook-signature": signature,
+    }
+
+
+def error_code(response: Any) -> str:
+    return str(json.loads(response.data)["error"]["code"])
+
+
+# -- 1. listener names from the URL -------------------------------------------------------------
+
+
+ALIASES = ("hooks%3Fx", "hooks%3F", "hooks%23x", "hooks%20x", "hooks%0D%0Ax", "hooks%2Fx", "Hooks", "hooks%00")
+
+
+def test_a_segment_that_is_no_listener_name_is_404_and_a_signed_delivery_runs_once(
+    stack: Callable[..., Any], database_url: str
+) -> None:
+    api_url, ingress_url = stack()
+    register(
+        api_url,
+        listener_yaml(
+            "hooks",
+            "{type: standard_webhooks, secret: sw_secret}",
+            ingress="    rate_limit: {per_sec: 1000, burst: 1000}\n",
+        ),
+    )
+    body = json.dumps({"n": 1}).encode()
+    headers = standard_webhook(body)
+    first = HTTP.request("POST", f"{ingress_url}/ingress/hooks", body=body, headers=headers)
+    assert first.status == 202, first.data
+
+    for alias in ALIASES:  # the captured delivery replayed under every alias of the name
+        answer = HTTP.request("POST", f"{ingress_url}/ingress/{alias}", body=body, headers=headers)
+        assert answer.status == 404, (alias, answer.status, answer.data)
+        assert error_code(answer) == "not_found"
+        unsigned = HTTP.request("POST", f"{ingress_url}/ingress/{alias}", body=b"{}")
+        assert unsigned.status == 404, (alias, unsigned.status)
+    again = HTTP.request("POST", f"{ingress_url}/ingress/hooks", body=body, headers=headers)
+    assert (again.status, json.loads(again.data)["status"]) == (200, "duplicate")
+    assert len(executions(database_url)) == 1
+
+    metrics = HTTP.request("GET", f"{ingress_url}/metrics").data.decode()
+    labels = {line.split('listener="', 1)[1].split('"', 1)[0] for line in metrics.splitlines() if 'listener="' in line}
+    assert labels == {"hooks"}
+
+    # The control plane's listener routes refuse the same aliases (404, not 405 or another listener).
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for alias in ALIASES:
+        config = HTTP.request("GET", f"{api_url}/api/internal/ingress/{alias}", headers=auth)
+        assert config.status == 404, (alias, config.status)
+        audit = HTTP.request(
+            "POST",
+            f"{api_url}/api/internal/ingress/{alias}/audit",
+            body=json.dumps({"event_type": "subscription.message.rejected", "payload": {"reason": "x"}}),
+            headers={**auth, "Content-Type": "application/json"},
+        )
+        assert audit.status == 404, (alias, audit.status)
