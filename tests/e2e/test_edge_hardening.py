@@ -23,7 +23,7 @@ from standardwebhooks.webhooks import Webhook
 from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.web.client import ApiClient, static_token
 from tests.e2e.roles import role
-from tests.e2e.test_ingress_push import HMAC_SECRET, SW_SECRET
+from tests.e2e.test_ingress_push import BEARER_SECRET, HMAC_SECRET, SW_SECRET
 from tests.integration.control_fixtures import TOKEN, Topics, events_topic_for, playbook
 
 HTTP = urllib3.PoolManager(retries=False)
@@ -43,12 +43,21 @@ def stack(
         "NOETL_POOLS": "shared,iot",
         "NOETL_SECRET_HMAC_SECRET": HMAC_SECRET,
         "NOETL_SECRET_SW_SECRET": SW_SECRET,
+        "NOETL_SECRET_BEARER_SECRET": BEARER_SECRET,
     }
     with role("execute", env) as api_url, role("ingress", {**env, "NOETL_API_URL": api_url}) as ingress_url:
         yield lambda: (api_url, ingress_url)
 
 
-def listener_yaml(name: str, verify: str, *, source: str = "webhook", ingress: str = "", headers: str = "") -> str:
+def listener_yaml(
+    name: str,
+    verify: str,
+    *,
+    source: str = "webhook",
+    ingress: str = "",
+    headers: str = "",
+    payload_from: str = "message.json",
+) -> str:
     return f"""\
 apiVersion: noetl.io/v1
 kind: Subscription
@@ -59,7 +68,7 @@ spec:
   ingress:
     gateway_path: /ingress/{name}
     verify: {verify}
-{ingress}  dispatch: {{playbook: domain/handle, payload_from: message.json, execution_pool: shared}}
+{ingress}  dispatch: {{playbook: domain/handle, payload_from: {payload_from}, execution_pool: shared}}
   headers:
     directives:
       - {{header: x-noetl-route, controls: dispatch.playbook, allowed: [domain/handle, domain/fraud]}}
@@ -154,3 +163,73 @@ def test_a_segment_that_is_no_listener_name_is_404_and_a_signed_delivery_runs_on
             headers={**auth, "Content-Type": "application/json"},
         )
         assert audit.status == 404, (alias, audit.status)
+
+
+# -- 2. bodies ----------------------------------------------------------------------------------
+
+BEARER = {"Authorization": f"Bearer {BEARER_SECRET}"}
+
+
+def chunks(data: bytes, size: int = 64 * 1024) -> Iterator[bytes]:
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+def test_a_chunked_body_over_the_listener_limit_is_413_and_runs_nothing(
+    stack: Callable[..., Any], database_url: str
+) -> None:
+    api_url, ingress_url = stack()
+    register(
+        api_url,
+        listener_yaml(
+            "small",
+            "{type: bearer, secret: bearer_secret}",
+            ingress="    max_body_bytes: 4096\n",
+            payload_from="message.body",
+        ),
+    )
+    url = f"{ingress_url}/ingress/small"
+    fits = HTTP.request("POST", url, body=chunks(b"a" * 4096, 1000), headers=BEARER, chunked=True)
+    assert fits.status == 202, fits.data
+    over = HTTP.request("POST", url, body=chunks(b"b" * 4097, 1000), headers=BEARER, chunked=True)
+    assert over.status == 413 and error_code(over) == "payload_too_large"
+    far_over = HTTP.request("POST", url, body=chunks(b"c" * 40_000, 1000), headers=BEARER, chunked=True)
+    assert far_over.status == 413
+    payloads = rows(database_url, "SELECT workload->'payload' FROM execution")
+    assert [row[0] for row in payloads] == ["a" * 4096]
+
+
+def test_a_chunked_catalog_document_over_the_limit_is_413_and_nothing_is_stored(
+    stack: Callable[..., Any], database_url: str
+) -> None:
+    api_url, _ingress_url = stack()
+    document = playbook("domain/long") + "# " + "x" * (1024 * 1024) + "\n"
+    answer = HTTP.request(
+        "POST",
+        f"{api_url}/api/catalog",
+        body=chunks(document.encode()),
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/yaml"},
+        chunked=True,
+    )
+    assert answer.status == 413 and error_code(answer) == "payload_too_large"
+    assert rows(database_url, "SELECT path FROM catalog") == []
+
+
+def test_non_ascii_and_large_bodies_within_the_listener_limit_are_forwarded(
+    stack: Callable[..., Any], database_url: str
+) -> None:
+    api_url, ingress_url = stack()
+    register(
+        api_url,
+        listener_yaml("words", "{type: bearer, secret: bearer_secret}"),
+        listener_yaml("bulk", "{type: bearer, secret: bearer_secret}", ingress="    max_body_bytes: 32MiB\n"),
+    )
+    words = json.dumps({"text": "é€" * 150_000}, ensure_ascii=False).encode()  # 750 kB as UTF-8
+    assert len(words) < 1024 * 1024
+    answer = HTTP.request("POST", f"{ingress_url}/ingress/words", body=words, headers=BEARER)
+    assert answer.status == 202, answer.data
+    bulk = json.dumps({"rows": ["r" * 1000] * 3000}).encode()  # 3 MB: over execute's old fixed 1 MiB
+    answer = HTTP.request("POST", f"{ingress_url}/ingress/bulk", body=bulk, headers=BEARER)
+    assert answer.status == 202, answer.data
+    stored = rows(database_url, "SELECT length(workload::text) FROM execution ORDER BY created_at")
+    assert len(stored) == 2

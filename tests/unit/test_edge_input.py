@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import io
+import json
 from typing import Any
 
 import pytest
+from flask import request
 
 from noetl_cloud.ingress.listeners import ListenerDirectory
+from noetl_cloud.settings import Settings
+from noetl_cloud.web import create_app
+from noetl_cloud.web.app import body_limit
 from noetl_cloud.web.client import ApiResponse, segment
 
 
@@ -39,3 +45,58 @@ def test_the_listener_directory_asks_the_control_plane_for_exactly_the_name_it_w
     with pytest.raises(Exception, match="no listener"):
         ListenerDirectory(api).get("hooks?x")  # type: ignore[arg-type]
     assert api.paths == ["/api/internal/ingress/hooks%3Fx"]
+
+
+# -- 2. bodies --------------------------------------------------------------------------------------
+
+
+def chunked_request(app: Any, path: str, body: bytes) -> Any:
+    """``body`` as a WSGI server hands over a chunked request: no Content-Length, the stream ends
+    where the body does (``wsgi.input_terminated``)."""
+    from werkzeug.test import EnvironBuilder
+    from werkzeug.wrappers import Response
+
+    environ = EnvironBuilder(path=path, method="POST", input_stream=io.BytesIO(body)).get_environ()
+    environ.pop("CONTENT_LENGTH", None)
+    environ["wsgi.input_terminated"] = True
+    return Response.from_app(app.wsgi_app, environ)
+
+
+@pytest.mark.parametrize("size", [1024, 1025, 4096, 100_000])
+def test_a_chunked_body_over_the_limit_is_413_and_never_reaches_the_handler(size: int) -> None:
+    seen: list[int] = []
+    app = create_app("test", Settings(max_request_bytes=1024))
+
+    @app.post("/echo")
+    def echo() -> dict[str, int]:
+        seen.append(len(request.get_data(cache=False)))
+        return {"bytes": seen[-1]}
+
+    response = chunked_request(app, "/echo", b"x" * size)
+    if size <= 1024:
+        assert (response.status_code, seen) == (200, [size])
+    else:
+        assert response.status_code == 413 and seen == []
+        assert json.loads(response.get_data())["error"]["code"] == "payload_too_large"
+
+
+def test_a_route_may_take_more_than_the_role_limit_and_no_more() -> None:
+    app = create_app("test", Settings(max_request_bytes=1024))
+
+    @app.post("/big")
+    @body_limit(4096)
+    def big() -> dict[str, int]:
+        return {"bytes": len(request.get_data(cache=False))}
+
+    client = app.test_client()
+    assert client.post("/big", data=b"x" * 4096).status_code == 200
+    assert client.post("/big", data=b"x" * 4097).status_code == 413
+    assert chunked_request(app, "/big", b"x" * 4096).status_code == 200
+    assert chunked_request(app, "/big", b"x" * 4097).status_code == 413
+
+
+def test_the_api_client_sends_non_ascii_json_as_utf8_of_its_own_size() -> None:
+    from noetl_cloud.web.client import _encode
+
+    assert _encode({"t": "é" * 10}) == ('{"t":"' + "é" * 10 + '"}').encode()
+    assert _encode({"t": "\ud800"}) == b'{"t":"\\ud800"}'  # a lone surrogate has no UTF-8 form

@@ -24,6 +24,7 @@ from noetl_cloud.observability import configure_logging
 from noetl_cloud.replay import api as replay_api
 from noetl_cloud.settings import Settings
 from noetl_cloud.web import create_app, json_body
+from noetl_cloud.web.app import MAX_FORWARD_BYTES, body_limit
 from noetl_cloud.web.errors import error_response
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     # -- executions -----------------------------------------------------------------------------
 
     @app.post("/api/execute")
+    @body_limit(MAX_FORWARD_BYTES)  # what the ingress accepts (a listener's body up to 32 MiB), it forwards
     def execute() -> tuple[dict[str, Any], int]:
         result = plane.executions.start_one(json_body(ExecuteRequest))
         return {
@@ -125,6 +127,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         }, 202
 
     @app.post("/api/execute/batch")
+    @body_limit(MAX_FORWARD_BYTES)
     def execute_batch() -> dict[str, Any]:
         results = plane.executions.start_batch(json_body(BatchRequest).executions)
         return {
