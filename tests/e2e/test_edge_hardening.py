@@ -8,6 +8,7 @@ answered 500.
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 import time
@@ -233,3 +234,43 @@ def test_non_ascii_and_large_bodies_within_the_listener_limit_are_forwarded(
     assert answer.status == 202, answer.data
     stored = rows(database_url, "SELECT length(workload::text) FROM execution ORDER BY created_at")
     assert len(stored) == 2
+
+
+# -- 4. directive headers and dead letters ------------------------------------------------------
+
+
+def test_a_repeated_route_header_is_read_by_its_last_value(stack: Callable[..., Any], database_url: str) -> None:
+    api_url, ingress_url = stack()
+    register(api_url, listener_yaml("hooks", "{type: bearer, secret: bearer_secret}"))
+    headers = urllib3.HTTPHeaderDict(BEARER)
+    headers.add("x-noetl-route", "domain/handle")
+    headers.add("x-noetl-route", "domain/fraud")
+    answer = HTTP.request("POST", f"{ingress_url}/ingress/hooks", body=b'{"n": 1}', headers=headers)
+    assert answer.status == 202, answer.data
+    (path, meta), *_ = executions(database_url)
+    assert path == "domain/fraud"
+    assert meta["directives"]["applied"] == [
+        {"header": "x-noetl-route", "controls": "dispatch.playbook", "effective_value": "domain/fraud"}
+    ]
+
+
+def test_the_dead_letter_of_an_acked_poison_push_names_its_message(
+    stack: Callable[..., Any], database_url: str
+) -> None:
+    api_url, ingress_url = stack()
+    register(
+        api_url, listener_yaml("orders", "{type: bearer, query_param: token, secret: bearer_secret}", source="pubsub")
+    )
+    envelope = {
+        "message": {"data": base64.b64encode(b"not json").decode(), "messageId": "poison-1", "attributes": {}},
+        "subscription": "projects/noetl-local/subscriptions/orders-push",
+    }
+    url = f"{ingress_url}/ingress/orders?token={BEARER_SECRET}"
+    answer = HTTP.request("POST", url, body=json.dumps(envelope).encode(), headers={"Content-Type": "application/json"})
+    assert (answer.status, json.loads(answer.data)["status"]) == (200, "dead_lettered")
+    dead = rows(
+        database_url,
+        "SELECT payload FROM event WHERE event_type = 'subscription.message.dead_lettered'",
+    )
+    assert [(row[0]["message_id"], row[0]["reason"]) for row in dead] == [("poison-1", "invalid_payload")]
+    assert executions(database_url) == []

@@ -100,3 +100,16 @@ def test_the_api_client_sends_non_ascii_json_as_utf8_of_its_own_size() -> None:
 
     assert _encode({"t": "é" * 10}) == ('{"t":"' + "é" * 10 + '"}').encode()
     assert _encode({"t": "\ud800"}) == b'{"t":"\\ud800"}'  # a lone surrogate has no UTF-8 form
+
+
+# -- 4. dead letters ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data", ["bm90IGpzb24=", "%%% not base64"])
+def test_a_poison_push_message_is_refused_with_its_message_id(data: str) -> None:
+    from noetl_cloud.ingress.push import BadMessage, pubsub_message
+
+    body = json.dumps({"message": {"data": data, "messageId": "poison-1"}}).encode()
+    with pytest.raises(BadMessage) as caught:
+        pubsub_message(body, [], principal="p", payload_from="message.json", drop=frozenset(), new_id=lambda: "new")
+    assert caught.value.message_id == "poison-1"

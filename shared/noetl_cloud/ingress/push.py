@@ -47,9 +47,11 @@ HOP_HEADERS = frozenset(
 
 
 class BadMessage(BadRequest):
-    """A delivery that can never succeed (its payload is not what the subscription expects)."""
+    """A delivery that can never succeed (its payload is not what the subscription expects);
+    ``message_id`` is the delivery's id when it could be read (for the dead-letter record)."""
 
     code = "invalid_payload"
+    message_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,11 +131,13 @@ def pubsub_message(
     if envelope is not None:
         raw = envelope["message"]
         attributes = {str(k): str(v) for k, v in (raw.get("attributes") or {}).items()}
+        message_id = str(raw.get("messageId") or raw.get("message_id") or new_id())
         try:
             data = base64.b64decode(raw.get("data") or "", validate=True)
         except (binascii.Error, ValueError):
-            raise BadMessage("message.data is not base64") from None
-        message_id = str(raw.get("messageId") or raw.get("message_id") or new_id())
+            bad = BadMessage("message.data is not base64")
+            bad.message_id = message_id  # the dead-letter record names the message
+            raise bad from None
         publish_time, ordering_key = raw.get("publishTime"), raw.get("orderingKey") or None
         subscription, attempt = envelope.get("subscription"), envelope.get("deliveryAttempt")
         headers: dict[str, HeaderValue] = normalize_headers(attributes.items())
@@ -146,7 +150,11 @@ def pubsub_message(
         headers = {k: v for k, v in http_headers.items() if k not in PUBSUB_META_HEADERS}
         attributes = {k: v if isinstance(v, str) else v[-1] for k, v in headers.items()}
     if payload_from == "message.json":
-        payload = _json(data, "message data")
+        try:
+            payload = _json(data, "message data")
+        except BadMessage as exc:
+            exc.message_id = message_id  # the dead-letter record names the message
+            raise
     elif payload_from == "message.attributes":
         payload = attributes
     else:

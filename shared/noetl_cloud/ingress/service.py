@@ -299,7 +299,7 @@ class IngressService:
         try:
             message = self._parse(config, verify_cfg, identity, body, header_pairs)
         except BadMessage as exc:
-            return self._permanent(listener, config, identity.message_id, exc)
+            return self._permanent(listener, config, exc.message_id or identity.message_id, exc)
         plan = plan_dispatch(message.message, config)
         meta: dict[str, Any] = {
             "message_id": message.message.message_id,
