@@ -274,3 +274,67 @@ def test_the_dead_letter_of_an_acked_poison_push_names_its_message(
     )
     assert [(row[0]["message_id"], row[0]["reason"]) for row in dead] == [("poison-1", "invalid_payload")]
     assert executions(database_url) == []
+
+
+# -- 5. bad input is a 4xx, never a 500 ---------------------------------------------------------
+
+DEEP = b"[" * 5000 + b"]" * 5000
+
+
+def test_deeply_nested_json_is_refused_by_a_webhook_and_dead_lettered_from_a_signed_push(
+    stack: Callable[..., Any], database_url: str
+) -> None:
+    api_url, ingress_url = stack()
+    register(
+        api_url,
+        listener_yaml("hooks", "{type: bearer, secret: bearer_secret}"),
+        listener_yaml("orders", "{type: bearer, query_param: token, secret: bearer_secret}", source="pubsub"),
+    )
+    webhook = HTTP.request("POST", f"{ingress_url}/ingress/hooks", body=DEEP, headers=BEARER)
+    assert webhook.status == 400 and error_code(webhook) == "invalid_payload"
+    url = f"{ingress_url}/ingress/orders?token={BEARER_SECRET}"
+    wrapped = json.dumps({"message": {"data": base64.b64encode(DEEP).decode(), "messageId": "deep-1"}}).encode()
+    for body in (wrapped, DEEP):  # nested inside the envelope's data, and the whole body
+        pushed = HTTP.request("POST", url, body=body, headers={"Content-Type": "application/json"})
+        assert (pushed.status, json.loads(pushed.data)["status"]) == (200, "dead_lettered"), pushed.data
+    dead = rows(database_url, "SELECT payload FROM event WHERE event_type = 'subscription.message.dead_lettered'")
+    assert [row[0]["reason"] for row in dead] == ["invalid_payload", "invalid_payload"]
+    assert dead[0][0]["message_id"] == "deep-1"
+    assert executions(database_url) == []
+
+
+def test_a_catalog_document_of_nested_aliases_is_refused_quickly_and_nothing_is_stored(
+    stack: Callable[..., Any], database_url: str
+) -> None:
+    api_url, _ingress_url = stack()
+    # A valid playbook whose workload holds 9**6 "lol"s in a few hundred bytes (it was stored, 3 MB).
+    laughs = '  a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+        f"  {chr(98 + i)}: &{chr(98 + i)} [{','.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(5)
+    )
+    laughs = playbook("domain/laughs").replace("workload:\n", "workload:\n" + laughs, 1)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    answer = HTTP.request(
+        "POST", f"{api_url}/api/catalog", body=laughs.encode(), headers={**auth, "Content-Type": "application/yaml"}
+    )
+    assert answer.status == 422 and error_code(answer) == "yaml_alias_expansion", answer.data
+    deep = HTTP.request(
+        "POST", f"{api_url}/api/catalog", body=b"x: " + DEEP, headers={**auth, "Content-Type": "application/yaml"}
+    )
+    assert deep.status == 422 and error_code(deep) == "yaml_too_deep", deep.data
+    assert rows(database_url, "SELECT path FROM catalog") == []
+
+
+def test_a_misconfigured_listener_answers_a_generic_503(stack: Callable[..., Any]) -> None:
+    api_url, ingress_url = stack()
+    register(api_url, listener_yaml("broken", "{type: standard_webhooks, secret: bearer_secret}"))  # not whsec_
+    body = b'{"n": 1}'
+    headers = {
+        "webhook-id": "msg_1",
+        "webhook-timestamp": str(int(time.time())),
+        "webhook-signature": "v1," + base64.b64encode(b"x" * 32).decode(),
+    }
+    answer = HTTP.request("POST", f"{ingress_url}/ingress/broken", body=body, headers=headers)
+    assert answer.status == 503
+    error = json.loads(answer.data)["error"]
+    assert error == {"code": "listener_unavailable", "message": "this listener cannot take deliveries now; retry later"}
+    assert answer.headers["Retry-After"] == "60"

@@ -113,3 +113,79 @@ def test_a_poison_push_message_is_refused_with_its_message_id(data: str) -> None
     with pytest.raises(BadMessage) as caught:
         pubsub_message(body, [], principal="p", payload_from="message.json", drop=frozenset(), new_id=lambda: "new")
     assert caught.value.message_id == "poison-1"
+
+
+# -- 5. bad input is a 4xx, never a 500 ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("depth", "refused"), [(1, False), (128, False), (129, True), (5000, True), (100_000, True)])
+def test_json_nested_past_the_bound_is_malformed_json_not_a_recursion_error(depth: int, refused: bool) -> None:
+    from noetl_cloud import jsonsafe
+
+    text = "[" * depth + "]" * depth
+    if refused:
+        with pytest.raises(ValueError, match="nested deeper"):
+            jsonsafe.loads(text)
+    else:
+        assert jsonsafe.loads(text.encode()) is not None
+    assert jsonsafe.loads('{"a": "' + "[" * 500 + '"}') == {"a": "[" * 500}  # brackets in strings do not nest
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1", 1),
+        (7, 7),
+        ("9223372036854775807", 2**63 - 1),
+        ("9223372036854775808", None),
+        ("9" * 19, None),
+        ("²", None),
+        ("٣", None),
+        ("-1", None),
+        ("", None),
+        (None, None),
+        (True, None),
+        ("1" * 20, None),
+    ],
+)
+def test_an_id_from_text_is_ascii_digits_within_a_bigint(value: object, expected: int | None) -> None:
+    from noetl_cloud.ids import id_from_text
+
+    assert id_from_text(value) == expected
+
+
+def test_a_misconfigured_listener_tells_the_sender_nothing_and_logs_the_detail(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from noetl_cloud.ingress.app import build_app
+    from noetl_cloud.ingress.service import IngressService
+    from noetl_cloud.kv.memory import InMemoryKeyValueStore
+
+    config = {
+        "listener": "hooks",
+        "state": "active",
+        "source": "webhook",
+        "verify": {"type": "hmac_sha256", "encoding": "rot13", "secret": "s"},  # no such encoding
+        "dispatch": {"playbook": "domain/handle"},
+    }
+
+    class Api:
+        def get(self, path: str, **_kw: Any) -> ApiResponse:
+            return ApiResponse(200, config, {})
+
+        def post(self, path: str, json: Any = None, **_kw: Any) -> ApiResponse:
+            raise AssertionError("nothing is forwarded or audited")
+
+    api = Api()
+    service = IngressService(
+        ListenerDirectory(api),  # type: ignore[arg-type]
+        api,  # type: ignore[arg-type]
+        InMemoryKeyValueStore(),
+        new_id=lambda: "1",
+        jwks_for=lambda _url: None,
+    )
+    answer = build_app(Settings(), service).test_client().post("/ingress/hooks", data=b"{}")
+    assert answer.status_code == 503
+    assert answer.get_json()["error"]["code"] == "listener_unavailable"
+    assert "encoding" not in answer.get_data(as_text=True)
+    assert any("misconfigured" in r.getMessage() and "encoding" in r.getMessage() for r in caplog.records)

@@ -110,7 +110,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     @app.get("/api/catalog/<path:path>")
     def get_catalog(path: str) -> dict[str, Any]:
         version = request.args.get("version")
-        if version is not None and not version.isdigit():
+        if version is not None and not (version.isascii() and version.isdigit()):
             raise BadRequest("version must be a positive integer", code="invalid_version")
         return plane.catalog.get(path, int(version) if version else None).to_dict()
 

@@ -8,6 +8,7 @@ reached the error is retryable (503): the source redelivers.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +16,8 @@ from typing import Any
 
 from noetl_cloud.errors import NoetlError, NotFound, Unavailable
 from noetl_cloud.web.client import ApiClient, segment
+
+log = logging.getLogger(__name__)
 
 
 class UnknownListener(NotFound):
@@ -66,7 +69,12 @@ class ListenerDirectory:
         if response.status == 404:
             return None
         if response.status != 200 or not isinstance(response.json, dict):
-            raise ControlPlaneUnavailable(f"the control plane answered {response.status}; retry later")
+            # The control plane's reason (a secret the wallet lacks: listener_secret_missing) is the
+            # operator's to read; the sender gets the generic 503.
+            error = response.json.get("error") if isinstance(response.json, dict) else None
+            code = error.get("code") if isinstance(error, dict) else None
+            log.error("listener %s configuration unavailable: %s %s", listener, response.status, code)
+            raise ControlPlaneUnavailable("the listener's configuration is unavailable; retry later")
         return response.json
 
     def forget(self, listener: str) -> None:

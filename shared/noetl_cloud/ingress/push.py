@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl_cloud import jsonsafe
 from noetl_cloud.errors import BadRequest
 from noetl_cloud.ingress.directives import HeaderValue, VerifiedMessage, normalize_headers, seal_verified
 
@@ -81,14 +81,17 @@ class PushMessage:
 
 def _json(raw: bytes, what: str) -> Any:
     try:
-        return json.loads(raw)
+        return jsonsafe.loads(raw, max_depth=jsonsafe.MAX_PAYLOAD_DEPTH)
+    except jsonsafe.TooDeep:
+        raise BadMessage(f"the {what} nests deeper than {jsonsafe.MAX_PAYLOAD_DEPTH} levels") from None
     except (UnicodeDecodeError, ValueError):
         raise BadMessage(f"the {what} is not JSON, and the subscription takes message.json") from None
 
 
 def _text_or_json(raw: bytes) -> Any:
+    """JSON when it parses (within the payload depth), else text, else base64."""
     try:
-        return json.loads(raw)
+        return jsonsafe.loads(raw, max_depth=jsonsafe.MAX_PAYLOAD_DEPTH)
     except (UnicodeDecodeError, ValueError):
         try:
             return raw.decode("utf-8")
@@ -173,7 +176,7 @@ def pubsub_message(
 def _wrapped(body: bytes) -> dict[str, Any] | None:
     """The wrapped push envelope, or None when the body is the unwrapped data itself."""
     try:
-        parsed = json.loads(body)
+        parsed = jsonsafe.loads(body)
     except (UnicodeDecodeError, ValueError):
         return None
     if (

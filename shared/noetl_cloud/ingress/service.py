@@ -24,13 +24,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-from noetl_cloud.errors import NoetlError, NotFound, Unavailable
+from noetl_cloud.errors import ConfigError, NoetlError, Unavailable
 from noetl_cloud.ingress.audit import AuditSampler
 from noetl_cloud.ingress.directives import plan_dispatch
 from noetl_cloud.ingress.listeners import ListenerDirectory
+from noetl_cloud.ingress.outcomes import (
+    DeliveryInProgress,
+    DispatchRejected,
+    ListenerInactive,
+    ListenerMisconfigured,
+    ListenerPaused,
+    Outcome,
+    RateLimited,
+)
 from noetl_cloud.ingress.push import BadMessage, PushMessage, pubsub_message, webhook_message
 from noetl_cloud.ingress.verify import Rejection, VerifiedIdentity, VerifyConfig, credential_headers, verify
 from noetl_cloud.kv.port import KeyValueStore
@@ -42,51 +50,6 @@ log = logging.getLogger(__name__)
 
 CLAIM_TTL_S = 30.0
 ACTIVE_STATES = ("registered", "active")
-
-
-class RateLimited(NoetlError):
-    status = 429
-    code = "rate_limited"
-    retryable = True
-
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(f"this listener's rate limit is reached; retry after {retry_after} s")
-        self.retry_after = retry_after
-
-
-class DeliveryInProgress(Unavailable):
-    code = "delivery_in_progress"
-    retry_after = 5
-
-
-class ListenerPaused(Unavailable):
-    code = "listener_paused"
-    retry_after = 30
-
-
-class ListenerInactive(NotFound):
-    code = "listener_inactive"
-
-
-class DispatchRejected(NoetlError):
-    status = 422
-    code = "dispatch_rejected"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    status: str  # accepted | duplicate | dead_lettered | spooled | dropped
-    http_status: int
-    execution_id: str | None = None
-    reason: str | None = None
-
-    def body(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"status": self.status}
-        if self.execution_id:
-            out["execution_id"] = self.execution_id
-        if self.reason:
-            out["reason"] = self.reason
-        return out
 
 
 class Spooler(Protocol):
@@ -158,8 +121,12 @@ class IngressService:
         # Replay claims, rate buckets and metric labels key on the name the control plane bound.
         listener = str(config.get("listener") or listener)
         self.counters.inc("ingress_received", listener=listener)
-        verify_cfg = VerifyConfig.from_mapping(config.get("verify") or {})
-        identity = self._verify(listener, config, verify_cfg, body, header_pairs, query or {})
+        try:
+            verify_cfg = VerifyConfig.from_mapping(config.get("verify") or {})
+            identity = self._verify(listener, config, verify_cfg, body, header_pairs, query or {})
+        except ConfigError as exc:  # the operator's problem: logged in full, the sender told nothing of it
+            log.error("listener %s is misconfigured: %s", listener, exc.message, extra={"error_code": exc.code})
+            raise ListenerMisconfigured() from None
         self._limit(listener, config)
         claim = self._claim(listener, config, identity)
         if isinstance(claim, Outcome):

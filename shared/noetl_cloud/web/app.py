@@ -3,7 +3,8 @@
 Every app gets: the JSON error model, a request-size limit (``413 payload_too_large``) checked
 from ``Content-Length`` before the body is read and, for a body without one (chunked), while it
 is read: a body one byte over the limit is refused whole, never cut and processed. The limit is
-the role's ``max_request_bytes`` unless a route says otherwise (:func:`body_limit`). Also a
+the role's ``max_request_bytes`` unless a route says otherwise (:func:`body_limit`). JSON bodies
+are parsed with bounded nesting (:mod:`noetl_cloud.jsonsafe`: too deep is malformed, a 400). Also a
 request id (``X-Request-Id``, echoed back), the W3C trace context of the request
 (``traceparent``/``tracestate``/``baggage``, or Cloud Run's ``X-Cloud-Trace-Context``) in context
 variables for logs and downstream calls, and ``GET /healthz``.
@@ -18,11 +19,13 @@ from typing import IO, Any, TypeVar
 
 from flask import Flask, Response, g, request
 from flask import Request as FlaskRequest
+from flask.json.provider import DefaultJSONProvider
 from pydantic import BaseModel, ValidationError
 from werkzeug.routing import BaseConverter, IntegerConverter, Map
 from werkzeug.utils import cached_property
 from werkzeug.wsgi import LimitedStream, get_input_stream
 
+from noetl_cloud import jsonsafe
 from noetl_cloud.errors import BadRequest, PayloadTooLarge
 from noetl_cloud.observability import (
     TraceContext,
@@ -109,6 +112,16 @@ class Request(FlaskRequest):
         return get_input_stream(self.environ, max_content_length=limit)
 
 
+class JsonProvider(DefaultJSONProvider):
+    """Flask's JSON with :func:`noetl_cloud.jsonsafe.loads`: ``request.get_json`` sees a body nested
+    too deep as malformed JSON (400), never a ``RecursionError`` (500)."""
+
+    sort_keys = False
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        return jsonsafe.loads(s)
+
+
 def body_limit(limit: int) -> Callable[[V], V]:
     """Route decorator (under ``@app.post``): this route takes bodies up to ``limit`` bytes instead
     of the role's ``max_request_bytes``."""
@@ -123,11 +136,11 @@ def body_limit(limit: int) -> Callable[[V], V]:
 def create_app(role: str, settings: Settings) -> Flask:
     app = Flask(f"noetl_cloud.{role}")
     app.request_class = Request
+    app.json = JsonProvider(app)
     app.url_map.converters["int"] = IdConverter
     app.url_map.converters["listener"] = ListenerConverter
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.config["NOETL_SETTINGS"] = settings
-    app.json.sort_keys = False  # type: ignore[attr-defined]
     register_error_handlers(app)
 
     @app.before_request
@@ -171,7 +184,10 @@ def json_body(model: type[M]) -> M:
     with the failing field paths when it does not validate."""
     data = request.get_json(silent=True, force=True)
     if not isinstance(data, dict):
-        raise BadRequest("request body must be a JSON object", code="invalid_json")
+        raise BadRequest(
+            f"request body must be a JSON object (UTF-8, nested at most {jsonsafe.MAX_DEPTH} levels)",
+            code="invalid_json",
+        )
     try:
         return model.model_validate(data)
     except ValidationError as exc:
