@@ -9,6 +9,8 @@ answered 500.
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import secrets
 import time
@@ -24,10 +26,11 @@ from standardwebhooks.webhooks import Webhook
 from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.web.client import ApiClient, static_token
 from tests.e2e.roles import role
-from tests.e2e.test_ingress_push import BEARER_SECRET, HMAC_SECRET, SW_SECRET
+from tests.e2e.test_ingress_push import BEARER_SECRET, HMAC_SECRET, STRIPE_SECRET, SW_SECRET
 from tests.integration.control_fixtures import TOKEN, Topics, events_topic_for, playbook
 
 HTTP = urllib3.PoolManager(retries=False)
+GITHUB_SECRET = "github-shared-secret"
 
 
 @pytest.fixture
@@ -45,6 +48,8 @@ def stack(
         "NOETL_SECRET_HMAC_SECRET": HMAC_SECRET,
         "NOETL_SECRET_SW_SECRET": SW_SECRET,
         "NOETL_SECRET_BEARER_SECRET": BEARER_SECRET,
+        "NOETL_SECRET_STRIPE_SECRET": STRIPE_SECRET,
+        "NOETL_SECRET_GITHUB_SECRET": GITHUB_SECRET,
     }
     with role("execute", env) as api_url, role("ingress", {**env, "NOETL_API_URL": api_url}) as ingress_url:
         yield lambda: (api_url, ingress_url)
@@ -58,6 +63,7 @@ def listener_yaml(
     ingress: str = "",
     headers: str = "",
     payload_from: str = "message.json",
+    extra: str = "",
 ) -> str:
     return f"""\
 apiVersion: noetl.io/v1
@@ -73,7 +79,7 @@ spec:
   headers:
     directives:
       - {{header: x-noetl-route, controls: dispatch.playbook, allowed: [domain/handle, domain/fraud]}}
-{headers}"""
+{headers}{extra}"""
 
 
 def register(api_url: str, *documents: str) -> None:
@@ -338,3 +344,47 @@ def test_a_misconfigured_listener_answers_a_generic_503(stack: Callable[..., Any
     error = json.loads(answer.data)["error"]
     assert error == {"code": "listener_unavailable", "message": "this listener cannot take deliveries now; retry later"}
     assert answer.headers["Retry-After"] == "60"
+
+
+# -- 3. replay protection for every scheme ------------------------------------------------------
+
+
+def test_the_same_signed_delivery_twice_runs_once_in_every_scheme(stack: Callable[..., Any], database_url: str) -> None:
+    api_url, ingress_url = stack()
+    register(
+        api_url,
+        listener_yaml("pay", "{type: stripe, secret: stripe_secret}"),
+        listener_yaml("gh", "{type: github, secret: github_secret}"),
+        listener_yaml(
+            "mac", "{type: hmac_sha256, header: x-signature, secret: hmac_secret}", extra="  dedup: {enabled: true}\n"
+        ),
+        listener_yaml("orders", "{type: bearer, query_param: token, secret: bearer_secret}", source="pubsub"),
+    )
+    now = int(time.time())
+    stripe_body = json.dumps({"id": "evt_1", "type": "charge.succeeded"}).encode()
+    stripe_sig = hmac.new(STRIPE_SECRET.encode(), f"{now}.".encode() + stripe_body, hashlib.sha256).hexdigest()
+    gh_body = b'{"action": "opened"}'
+    gh_sig = "sha256=" + hmac.new(GITHUB_SECRET.encode(), gh_body, hashlib.sha256).hexdigest()
+    mac_body = b'{"n": 1}'
+    mac_sig = hmac.new(HMAC_SECRET.encode(), mac_body, hashlib.sha256).hexdigest()
+    push = json.dumps({"message": {"data": base64.b64encode(b"{}").decode(), "messageId": "ps-7"}}).encode()
+    for attempt in range(2):
+        answers = [
+            HTTP.request(
+                "POST",
+                f"{ingress_url}/ingress/pay",
+                body=stripe_body,
+                headers={"Stripe-Signature": f"t={now},v1={stripe_sig}"},
+            ),
+            HTTP.request(
+                "POST",
+                f"{ingress_url}/ingress/gh",
+                body=gh_body,
+                headers={"X-Hub-Signature-256": gh_sig, "X-GitHub-Delivery": f"fresh-{attempt}"},
+            ),
+            HTTP.request("POST", f"{ingress_url}/ingress/mac", body=mac_body, headers={"X-Signature": mac_sig}),
+            HTTP.request("POST", f"{ingress_url}/ingress/orders?token={BEARER_SECRET}", body=push),
+        ]
+        assert all(a.status in (200, 202) for a in answers), [(a.status, a.data) for a in answers]
+    listeners = sorted(meta["listener"] for _path, meta in executions(database_url))
+    assert listeners == ["gh", "mac", "orders", "pay"]

@@ -189,3 +189,98 @@ def test_a_misconfigured_listener_tells_the_sender_nothing_and_logs_the_detail(
     assert answer.get_json()["error"]["code"] == "listener_unavailable"
     assert "encoding" not in answer.get_data(as_text=True)
     assert any("misconfigured" in r.getMessage() and "encoding" in r.getMessage() for r in caplog.records)
+
+
+# -- 3. replay protection per scheme --------------------------------------------------------------
+
+
+class Forwards:
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    def post(self, path: str, json: Any = None, **_kw: Any) -> ApiResponse:
+        self.requests.append(json)
+        return ApiResponse(202, {"execution_id": str(len(self.requests))}, {})
+
+
+def replaying_service(api: Forwards, now: float) -> Any:
+    from noetl_cloud.ingress.service import IngressService
+    from noetl_cloud.kv.memory import InMemoryKeyValueStore
+
+    ids = iter(range(1000))
+    return IngressService(
+        None,  # type: ignore[arg-type]
+        api,  # type: ignore[arg-type]
+        InMemoryKeyValueStore(),
+        new_id=lambda: f"n{next(ids)}",
+        jwks_for=lambda _url: None,
+        clock=lambda: now,
+    )
+
+
+def listener(verify: dict[str, Any], source: str = "webhook", dedup: bool = False) -> dict[str, Any]:
+    return {
+        "listener": "hooks",
+        "state": "active",
+        "source": source,
+        "verify": verify,
+        "dispatch": {"playbook": "domain/handle", "payload_from": "message.json"},
+        "dedup": {"enabled": dedup, "window_secs": 600},
+    }
+
+
+def test_a_stripe_delivery_posted_twice_runs_once() -> None:
+    import hashlib
+    import hmac
+
+    now, api = 1_800_000_000, Forwards()
+    service = replaying_service(api, now)
+    config = listener({"type": "stripe", "secret": "whsec_x"})
+    body = json.dumps({"id": "evt_123", "type": "charge.succeeded"}).encode()
+    digest = hmac.new(b"whsec_x", f"{now}.".encode() + body, hashlib.sha256).hexdigest()
+    headers = [("Stripe-Signature", f"t={now},v1={digest}")]
+    outcomes = [service.handle("hooks", config, body, headers).status for _ in range(2)]
+    assert outcomes == ["accepted", "duplicate"] and len(api.requests) == 1
+    assert api.requests[0]["meta"]["message_id"] == "evt_123"
+
+
+def test_a_github_delivery_replayed_under_a_fresh_delivery_id_runs_once() -> None:
+    import hashlib
+    import hmac
+
+    api = Forwards()
+    service = replaying_service(api, 1_800_000_000)
+    config = listener({"type": "github", "secret": "gh"})
+    body = b'{"action": "opened"}'
+    signature = "sha256=" + hmac.new(b"gh", body, hashlib.sha256).hexdigest()
+    outcomes = [
+        service.handle("hooks", config, body, [("X-Hub-Signature-256", signature), ("X-GitHub-Delivery", delivery)])
+        for delivery in ("d-1", "d-2")
+    ]
+    assert [o.status for o in outcomes] == ["accepted", "duplicate"] and len(api.requests) == 1
+
+
+def test_a_pubsub_push_redelivered_with_its_message_id_runs_once() -> None:
+    import base64
+
+    api = Forwards()
+    service = replaying_service(api, 1_800_000_000)
+    config = listener({"type": "bearer", "query_param": "token", "secret": "t"}, source="pubsub")
+    body = json.dumps({"message": {"data": base64.b64encode(b"{}").decode(), "messageId": "ps-9"}}).encode()
+    outcomes = [service.handle("hooks", config, body, [], {"token": "t"}).status for _ in range(2)]
+    assert outcomes == ["accepted", "duplicate"] and len(api.requests) == 1
+
+
+def test_dedup_enabled_keys_an_hmac_delivery_on_its_content() -> None:
+    import hashlib
+    import hmac
+
+    api = Forwards()
+    service = replaying_service(api, 1_800_000_000)
+    config = listener({"type": "hmac_sha256", "header": "x-signature", "secret": "s"}, dedup=True)
+    body = b'{"n": 1}'
+    headers = [("X-Signature", hmac.new(b"s", body, hashlib.sha256).hexdigest())]
+    for _ in range(2):
+        service.handle("hooks", config, body, headers)
+    keys = [request["dedup"]["key"] for request in api.requests]
+    assert keys == ["sha256:" + hashlib.sha256(body).hexdigest()] * 2  # the control plane's window refuses the second

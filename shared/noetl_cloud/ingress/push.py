@@ -173,6 +173,15 @@ def pubsub_message(
     )
 
 
+def pubsub_message_id(body: bytes, header_pairs: Sequence[tuple[str, str]]) -> str | None:
+    """The ``messageId`` of a Pub/Sub push delivery (wrapped or unwrapped), when it carries one."""
+    envelope = _wrapped(body)
+    if envelope is not None:
+        value = envelope["message"].get("messageId") or envelope["message"].get("message_id")
+        return str(value)[:256] if value else None
+    return next((v[:256] for k, v in header_pairs if k.lower() == "x-goog-pubsub-message-id" and v), None)
+
+
 def _wrapped(body: bytes) -> dict[str, Any] | None:
     """The wrapped push envelope, or None when the body is the unwrapped data itself."""
     try:

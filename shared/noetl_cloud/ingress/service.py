@@ -4,10 +4,11 @@ Order matters (RFC §7.5): nothing of the request but the bytes the verifier nee
 the verifier passed; the planner takes only a verified message. Then:
 
 * rate limit (per listener, token bucket) -> 429 with ``Retry-After``;
-* replay protection for schemes with a message id: the id is claimed in the coordination store
-  while the message is forwarded, recorded as accepted once the control plane took it, and the
-  claim released if the forward failed, so a redelivery after a failure is processed, a redelivery
-  after success is an acknowledged no-op, and two concurrent copies cannot both run;
+* replay protection, keyed on what the scheme signs (``noetl_cloud.ingress.replay``): the id is
+  claimed in the coordination store while the message is forwarded, recorded as accepted once the
+  control plane took it, and the claim released if the forward failed, so a redelivery after a
+  failure is processed, a redelivery after success is an acknowledged no-op, and two concurrent
+  copies cannot both run;
 * forward one ``POST /api/execute``: 202 ``{status: accepted, execution_id}`` (200 to a Pub/Sub
   push, whose emulator does not take 202 as an acknowledgement).
 
@@ -21,6 +22,7 @@ redelivery storm), for webhooks 400.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,6 +42,7 @@ from noetl_cloud.ingress.outcomes import (
     RateLimited,
 )
 from noetl_cloud.ingress.push import BadMessage, PushMessage, pubsub_message, webhook_message
+from noetl_cloud.ingress.replay import body_digest, replay_id
 from noetl_cloud.ingress.verify import Rejection, VerifiedIdentity, VerifyConfig, credential_headers, verify
 from noetl_cloud.kv.port import KeyValueStore
 from noetl_cloud.observability import Counters
@@ -127,6 +130,9 @@ class IngressService:
         except ConfigError as exc:  # the operator's problem: logged in full, the sender told nothing of it
             log.error("listener %s is misconfigured: %s", listener, exc.message, extra={"error_code": exc.code})
             raise ListenerMisconfigured() from None
+        replayed_as = replay_id(verify_cfg.type, config.get("source"), identity.message_id, body, header_pairs)
+        if replayed_as != identity.message_id:
+            identity = dataclasses.replace(identity, message_id=replayed_as)
         self._limit(listener, config)
         claim = self._claim(listener, config, identity)
         if isinstance(claim, Outcome):
@@ -247,7 +253,7 @@ class IngressService:
         return webhook_message(
             body,
             header_pairs,
-            message_id=identity.message_id,
+            message_id=identity.message_id or body_digest(body),
             principal=identity.principal,
             payload_from=payload_from,
             drop=drop,
