@@ -78,3 +78,18 @@ def parse(snowflake: int | str) -> tuple[datetime, int, int]:
     ms = (value >> TIMESTAMP_SHIFT) + EPOCH_MS
     node = (value >> SEQUENCE_BITS) & MAX_NODE
     return datetime.fromtimestamp(ms / 1000, tz=UTC), node, value & MAX_SEQUENCE
+
+
+#: The largest id a ``bigint`` column holds.
+MAX_ID = 2**63 - 1
+
+
+def id_from_text(value: object) -> int | None:
+    """``value`` as an id (ASCII decimal digits, at most :data:`MAX_ID`), or ``None``: a number a
+    ``bigint`` cannot hold, or a Unicode digit such as ``²`` that ``str.isdigit`` accepts and
+    ``int`` refuses, is no id (a client error, never a database error)."""
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(text, str) or not text.isascii() or not text.isdigit() or len(text) > 19:
+        return None
+    number = int(text)
+    return number if number <= MAX_ID else None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from noetl_cloud.errors import BadRequest, ConfigError, Unavailable
-from noetl_cloud.web.client import ApiClient, google_id_token_source, static_token
+from noetl_cloud.web.client import ApiClient, google_id_token_source, segment, static_token
 
 ENDED = ("completed", "failed", "cancelled")
 
@@ -65,12 +65,12 @@ def follow(
     wait = 0.1
     while True:
         if on_step is not None:
-            events = api.get(f"/api/executions/{execution_id}/events").raise_for_error().json["events"]
+            events = api.get(f"/api/executions/{segment(execution_id)}/events").raise_for_error().json["events"]
             for event in events[seen:]:
                 if event["event_type"] in ("step.done", "step.failed", "loop.done", "step.denied"):
                     on_step(event)
             seen = len(events)
-        detail = api.get(f"/api/executions/{execution_id}").raise_for_error().json
+        detail = api.get(f"/api/executions/{segment(execution_id)}").raise_for_error().json
         if detail["status"] in ENDED:
             return detail  # type: ignore[no-any-return]
         if clock() >= deadline:

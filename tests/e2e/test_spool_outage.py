@@ -4,8 +4,8 @@ Roles run as deployed (gunicorn on functions/<role>/main.py): execute, ingress, 
 against PostgreSQL, the Firestore emulator (circuits, leases, journal) and fake-gcs-server (the
 spool bucket). Each test has its own bucket and Firestore collection.
 
-* execute stopped -> 20 signed deliveries over 3 ordering keys (+1 poison: a workload larger than the
-  control plane's request limit, refused on every replay) -> all 202 ``spooled``,
+* execute stopped -> 20 signed deliveries over 3 ordering keys (+1 poison: a workload holding a NUL
+  character, which PostgreSQL cannot store, refused 400 on every replay) -> all 202 ``spooled``,
   0 executions, the circuit open in Firestore;
 * execute restarted on its port -> one drain: ``circuit.closed``, ``spool.draining``, 20 replayed,
   exactly 20 executions, each key's executions in receive order, the poison dead-lettered after
@@ -106,8 +106,8 @@ class Stack:
         return self.query(f"SELECT payload, event_time FROM event WHERE event_type = '{event_type}'")
 
 
-def deliver(ingress_url: str, key: str, n: int, *, padding: int = 0) -> tuple[int, dict[str, Any]]:
-    body = json.dumps({"n": n, "key": key, "pad": "x" * padding}).encode()
+def deliver(ingress_url: str, key: str, n: int, *, pad: str = "") -> tuple[int, dict[str, Any]]:
+    body = json.dumps({"n": n, "key": key, "pad": pad}).encode()
     msg_id = f"msg-{key}-{n}"
     now = datetime.now(UTC)
     headers = {
@@ -185,8 +185,9 @@ def spool_outage(stack: Stack, *, poison: bool) -> None:
     for n in range(20):
         outcomes.append(deliver(stack.ingress_url, KEYS[n % 3], n))
         if poison and n == 4:
-            # Poison: a workload the control plane always refuses (larger than its request limit).
-            outcomes.append(deliver(stack.ingress_url, "d0", 100, padding=1_500_000))
+            # Poison: a workload the control plane always refuses (a NUL character: 400 invalid_value).
+            # Not a large one: what the ingress accepts, the control plane accepts (docs/ingress.md).
+            outcomes.append(deliver(stack.ingress_url, "d0", 100, pad="\x00"))
     assert {(status, body["status"]) for status, body in outcomes} == {(202, "spooled")}
     assert len(stack.spool.list(SUB)) == len(outcomes) and stack.executions() == []
     breaker = CircuitBreaker(stack.kv, f"execute:{stack.api_url}", CircuitConfig())

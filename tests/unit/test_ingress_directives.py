@@ -97,6 +97,22 @@ def test_last_value_wins_for_a_repeated_directive() -> None:
     assert plan.execution_pool == "shared"
 
 
+@pytest.mark.parametrize("joiner", [",", ", "])
+def test_last_value_wins_for_a_repeated_header_an_http_server_folded_into_one(joiner: str) -> None:
+    folded = {
+        "x-noetl-route": joiner.join(["domain/handle_billing", "domain/handle_fraud"]),
+        "x-noetl-pool": joiner.join(["shared", "priority"]),
+        "x-priority": joiner.join(["normal", "high"]),
+    }
+    plan = plan_dispatch(message(**folded), SUBSCRIPTION)
+    assert (plan.playbook, plan.execution_pool, plan.ignored) == ("domain/handle_fraud", "priority", ())
+    assert plan_dispatch(message(**{"x-priority": joiner.join(["high", "normal"])}), SUBSCRIPTION).execution_pool == (
+        "shared"
+    )
+    outside = plan_dispatch(message(**{"x-noetl-route": joiner.join(["domain/handle_fraud", "x/y"])}), SUBSCRIPTION)
+    assert outside.playbook == "domain/handle_event" and outside.ignored[0].reason == "not_allowed"
+
+
 def test_idempotency_key_feeds_dedup_and_message_id_is_the_fallback() -> None:
     keyed = plan_dispatch(message(**{"x-idempotency-key": "order-42"}), SUBSCRIPTION)
     assert keyed.dedup == {"key": "order-42", "window_secs": 600}

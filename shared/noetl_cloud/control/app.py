@@ -24,6 +24,7 @@ from noetl_cloud.observability import configure_logging
 from noetl_cloud.replay import api as replay_api
 from noetl_cloud.settings import Settings
 from noetl_cloud.web import create_app, json_body
+from noetl_cloud.web.app import MAX_FORWARD_BYTES, body_limit
 from noetl_cloud.web.errors import error_response
 
 log = logging.getLogger(__name__)
@@ -109,13 +110,14 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     @app.get("/api/catalog/<path:path>")
     def get_catalog(path: str) -> dict[str, Any]:
         version = request.args.get("version")
-        if version is not None and not version.isdigit():
+        if version is not None and not (version.isascii() and version.isdigit()):
             raise BadRequest("version must be a positive integer", code="invalid_version")
         return plane.catalog.get(path, int(version) if version else None).to_dict()
 
     # -- executions -----------------------------------------------------------------------------
 
     @app.post("/api/execute")
+    @body_limit(MAX_FORWARD_BYTES)  # what the ingress accepts (a listener's body up to 32 MiB), it forwards
     def execute() -> tuple[dict[str, Any], int]:
         result = plane.executions.start_one(json_body(ExecuteRequest))
         return {
@@ -125,6 +127,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         }, 202
 
     @app.post("/api/execute/batch")
+    @body_limit(MAX_FORWARD_BYTES)
     def execute_batch() -> dict[str, Any]:
         results = plane.executions.start_batch(json_body(BatchRequest).executions)
         return {
@@ -189,7 +192,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
 
     # -- internal -------------------------------------------------------------------------------
 
-    @app.get("/api/internal/ingress/<listener>")
+    @app.get("/api/internal/ingress/<listener:listener>")
     def listener_config(listener: str) -> Response:
         if settings.ingress_principals and g.caller.principal not in settings.ingress_principals:
             raise Forbidden("only the ingress role reads listener configuration", code="not_ingress")
@@ -197,7 +200,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         response.headers["Cache-Control"] = "no-store"
         return response
 
-    @app.post("/api/internal/ingress/<listener>/audit")
+    @app.post("/api/internal/ingress/<listener:listener>/audit")
     def listener_audit(listener: str) -> tuple[dict[str, Any], int]:
         if settings.ingress_principals and g.caller.principal not in settings.ingress_principals:
             raise Forbidden("only the ingress role records listener verdicts", code="not_ingress")

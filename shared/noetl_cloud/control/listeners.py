@@ -16,7 +16,7 @@ from noetl_cloud.envelope import EventFactory
 from noetl_cloud.errors import NotFound, Unavailable
 from noetl_cloud.eventlog.postgres import PostgresEventStore
 from noetl_cloud.secrets.port import SecretNotFound, SecretResolver
-from noetl_cloud.spec.subscription import LISTENER_NAME
+from noetl_cloud.spec.common import LISTENER_NAME
 
 LISTENER = re.compile(rf"^{LISTENER_NAME}$")  # exactly the names a subscription can register
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from noetl_cloud.web.client import ApiClient, static_token
+from noetl_cloud.web.client import ApiClient, segment, static_token
 
 PLAYBOOK_PATH = "demo/orders"
 RUNTIME_SUBSCRIPTION = "demo/pubsub/orders"
@@ -202,7 +202,7 @@ def activate(api: ApiClient, path: str) -> dict[str, Any]:
     """Register a push subscription and activate it unless it already is live; its registration."""
     view: dict[str, Any] = api.post("/api/subscriptions/register", json={"path": path}).raise_for_error().json
     if view["state"] == "registered":
-        view = api.post(f"/api/subscriptions/{view['subscription_id']}/activate").raise_for_error().json
+        view = api.post(f"/api/subscriptions/{segment(view['subscription_id'])}/activate").raise_for_error().json
     return view
 
 

@@ -40,7 +40,7 @@ from noetl_cloud.engine.state import CtxStore
 from noetl_cloud.engine.templates import Renderer, TemplateFailure, build_scope
 from noetl_cloud.envelope import EventEnvelope, utc_now
 from noetl_cloud.frames.policy import FramePolicy
-from noetl_cloud.web.client import ApiResponse, UpstreamUnavailable
+from noetl_cloud.web.client import ApiResponse, UpstreamUnavailable, segment
 from noetl_cloud.worker.port import ControlPlaneApi, error_code
 from noetl_cloud.worker.run import PlanCache, Report
 
@@ -173,7 +173,7 @@ class CursorSlot:
         while not self.stop():
             if not handed:
                 answer = self._call(
-                    f"/api/stages/{stage_id}/frames/claim",
+                    f"/api/stages/{segment(stage_id)}/frames/claim",
                     {"worker_id": self.worker_id, **claim, "frame_policy": policy.model_dump(mode="json")},
                 )
                 summary.claims += 1
@@ -226,7 +226,9 @@ class CursorSlot:
         (``next_claim``: the commit also claims, saving the slot a request per frame)."""
         fid = str(frame["frame_id"])
         lease = float(policy.lease_seconds)
-        first = self._call(f"/api/frames/{fid}/heartbeat", {"worker_id": self.worker_id, "lease_seconds": lease})
+        first = self._call(
+            f"/api/frames/{segment(fid)}/heartbeat", {"worker_id": self.worker_id, "lease_seconds": lease}
+        )
         if not first.ok:
             summary.lost += 1
             return []
@@ -272,7 +274,7 @@ class CursorSlot:
         if next_claim is not None and not exhausted:
             body["claim"] = next_claim
             summary.claims += 1  # a claim folded into the commit's request: counted as a claim still
-        committed = self._call(f"/api/frames/{fid}/commit", body)
+        committed = self._call(f"/api/frames/{segment(fid)}/commit", body)
         if not committed.ok:  # 409: the lease went to another worker meanwhile, who commits the frame
             summary.lost += 1
             return []
@@ -402,7 +404,7 @@ class _Beat:
             self._thread.join(timeout=_JOIN_S)
 
     def _run(self) -> None:
-        path = f"/api/frames/{self.frame_id}/heartbeat"
+        path = f"/api/frames/{segment(self.frame_id)}/heartbeat"
         while not self._done.wait(self.interval):
             try:
                 response = self.slot.frames.post(path, {"worker_id": self.slot.worker_id, "lease_seconds": self.lease})

@@ -21,9 +21,8 @@ from noetl_cloud.observability import Counters, configure_logging
 from noetl_cloud.settings import Settings
 from noetl_cloud.spool.bootstrap import ingress_spooler, kv_from_settings
 from noetl_cloud.web import create_app
+from noetl_cloud.web.app import MAX_LISTENER_BODY
 from noetl_cloud.web.client import ApiClient, google_id_token_source, static_token
-
-MAX_LISTENER_BODY = 32 * 1024 * 1024
 
 
 def build_app(settings: Settings, service: IngressService) -> Flask:
@@ -31,17 +30,15 @@ def build_app(settings: Settings, service: IngressService) -> Flask:
     # applied per request, from its configuration, before the body is read.
     app = create_app("ingress", settings.model_copy(update={"max_request_bytes": MAX_LISTENER_BODY}))
 
-    @app.post("/ingress/<listener>")
+    @app.post("/ingress/<listener:listener>")
     def receive(listener: str) -> tuple[Response, int]:
         config = service.config(listener)
         limit = int(config.get("max_body_bytes") or settings.max_request_bytes)
         length = request.content_length
         if length is not None and length > limit:
             raise PayloadTooLarge(f"body of {length} bytes exceeds this listener's limit of {limit}")
-        request.max_content_length = limit
+        request.max_content_length = limit  # a chunked body one byte over it is 413, never cut (web.app)
         body = request.get_data(cache=False)
-        if length is None and len(body) > limit:
-            raise PayloadTooLarge(f"body exceeds this listener's limit of {limit} bytes")
         outcome = service.handle(listener, config, body, list(request.headers.items()), request.args.to_dict())
         return jsonify(outcome.body()), outcome.http_status
 

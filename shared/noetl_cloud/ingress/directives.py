@@ -1,7 +1,8 @@
 """Header directives (RFC §7): normalization of a message's metadata and the dispatch plan.
 
 Every source's metadata channel (HTTP headers, Pub/Sub attributes) becomes one ``headers`` map:
-lowercased keys, string values, a repeated key arrayed in arrival order. Only the keys a
+lowercased keys, string values, a repeated key arrayed in arrival order (an HTTP server hands a
+repeated header over folded into one comma-joined value: :func:`last_member`). Only the keys a
 subscription allowlists act as instructions; a value outside a directive's ``allowed`` list or
 ``map`` is ignored and recorded, never honoured. Everything else is data.
 
@@ -13,7 +14,7 @@ This module is pure: data in, plan out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,16 @@ def last_value(value: HeaderValue | None) -> str | None:
     if isinstance(value, list):
         return value[-1] if value else None
     return value
+
+
+def last_member(value: str, known: Collection[str]) -> str:
+    """The last value of a header an HTTP server folded into one line: a repeated field arrives
+    joined by commas (RFC 9110 §5.3; gunicorn joins with ``,``, others with ``, ``). Read only for
+    controls whose values are names, which never hold a comma; a value that is itself one of
+    ``known`` is taken whole."""
+    if value in known or "," not in value:
+        return value
+    return value.rsplit(",", 1)[1].strip()
 
 
 class _Proof:
@@ -168,6 +179,7 @@ def plan_dispatch(message: VerifiedMessage, subscription: Mapping[str, Any]) -> 
             continue
         value = value.strip()
         if controls in ("dispatch.playbook", "dispatch.execution_pool"):
+            value = last_member(value, directive.get("allowed") or [])
             if value not in (directive.get("allowed") or []):
                 ignored.append(Ignored(name, controls, "not_allowed"))
                 continue
@@ -178,6 +190,7 @@ def plan_dispatch(message: VerifiedMessage, subscription: Mapping[str, Any]) -> 
                 explicit_pool = value
         elif controls == "priority":
             mapping = directive.get("map") or {}
+            value = last_member(value, mapping)
             if value not in mapping:
                 ignored.append(Ignored(name, controls, "not_mapped"))
                 continue

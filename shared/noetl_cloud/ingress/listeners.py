@@ -8,13 +8,16 @@ reached the error is retryable (503): the source redelivers.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from noetl_cloud.errors import NoetlError, NotFound, Unavailable
-from noetl_cloud.web.client import ApiClient
+from noetl_cloud.web.client import ApiClient, segment
+
+log = logging.getLogger(__name__)
 
 
 class UnknownListener(NotFound):
@@ -60,13 +63,18 @@ class ListenerDirectory:
 
     def _fetch(self, listener: str) -> dict[str, Any] | None:
         try:
-            response = self.api.get(f"/api/internal/ingress/{listener}")
+            response = self.api.get(f"/api/internal/ingress/{segment(listener)}")
         except NoetlError as exc:
             raise ControlPlaneUnavailable("the control plane did not answer; retry later") from exc
         if response.status == 404:
             return None
         if response.status != 200 or not isinstance(response.json, dict):
-            raise ControlPlaneUnavailable(f"the control plane answered {response.status}; retry later")
+            # The control plane's reason (a secret the wallet lacks: listener_secret_missing) is the
+            # operator's to read; the sender gets the generic 503.
+            error = response.json.get("error") if isinstance(response.json, dict) else None
+            code = error.get("code") if isinstance(error, dict) else None
+            log.error("listener %s configuration unavailable: %s %s", listener, response.status, code)
+            raise ControlPlaneUnavailable("the listener's configuration is unavailable; retry later")
         return response.json
 
     def forget(self, listener: str) -> None:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl_cloud import jsonsafe
 from noetl_cloud.errors import BadRequest
 from noetl_cloud.ingress.directives import HeaderValue, VerifiedMessage, normalize_headers, seal_verified
 
@@ -47,9 +47,11 @@ HOP_HEADERS = frozenset(
 
 
 class BadMessage(BadRequest):
-    """A delivery that can never succeed (its payload is not what the subscription expects)."""
+    """A delivery that can never succeed (its payload is not what the subscription expects);
+    ``message_id`` is the delivery's id when it could be read (for the dead-letter record)."""
 
     code = "invalid_payload"
+    message_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,14 +81,17 @@ class PushMessage:
 
 def _json(raw: bytes, what: str) -> Any:
     try:
-        return json.loads(raw)
+        return jsonsafe.loads(raw, max_depth=jsonsafe.MAX_PAYLOAD_DEPTH)
+    except jsonsafe.TooDeep:
+        raise BadMessage(f"the {what} nests deeper than {jsonsafe.MAX_PAYLOAD_DEPTH} levels") from None
     except (UnicodeDecodeError, ValueError):
         raise BadMessage(f"the {what} is not JSON, and the subscription takes message.json") from None
 
 
 def _text_or_json(raw: bytes) -> Any:
+    """JSON when it parses (within the payload depth), else text, else base64."""
     try:
-        return json.loads(raw)
+        return jsonsafe.loads(raw, max_depth=jsonsafe.MAX_PAYLOAD_DEPTH)
     except (UnicodeDecodeError, ValueError):
         try:
             return raw.decode("utf-8")
@@ -129,11 +134,13 @@ def pubsub_message(
     if envelope is not None:
         raw = envelope["message"]
         attributes = {str(k): str(v) for k, v in (raw.get("attributes") or {}).items()}
+        message_id = str(raw.get("messageId") or raw.get("message_id") or new_id())
         try:
             data = base64.b64decode(raw.get("data") or "", validate=True)
         except (binascii.Error, ValueError):
-            raise BadMessage("message.data is not base64") from None
-        message_id = str(raw.get("messageId") or raw.get("message_id") or new_id())
+            bad = BadMessage("message.data is not base64")
+            bad.message_id = message_id  # the dead-letter record names the message
+            raise bad from None
         publish_time, ordering_key = raw.get("publishTime"), raw.get("orderingKey") or None
         subscription, attempt = envelope.get("subscription"), envelope.get("deliveryAttempt")
         headers: dict[str, HeaderValue] = normalize_headers(attributes.items())
@@ -146,7 +153,11 @@ def pubsub_message(
         headers = {k: v for k, v in http_headers.items() if k not in PUBSUB_META_HEADERS}
         attributes = {k: v if isinstance(v, str) else v[-1] for k, v in headers.items()}
     if payload_from == "message.json":
-        payload = _json(data, "message data")
+        try:
+            payload = _json(data, "message data")
+        except BadMessage as exc:
+            exc.message_id = message_id  # the dead-letter record names the message
+            raise
     elif payload_from == "message.attributes":
         payload = attributes
     else:
@@ -162,10 +173,19 @@ def pubsub_message(
     )
 
 
+def pubsub_message_id(body: bytes, header_pairs: Sequence[tuple[str, str]]) -> str | None:
+    """The ``messageId`` of a Pub/Sub push delivery (wrapped or unwrapped), when it carries one."""
+    envelope = _wrapped(body)
+    if envelope is not None:
+        value = envelope["message"].get("messageId") or envelope["message"].get("message_id")
+        return str(value)[:256] if value else None
+    return next((v[:256] for k, v in header_pairs if k.lower() == "x-goog-pubsub-message-id" and v), None)
+
+
 def _wrapped(body: bytes) -> dict[str, Any] | None:
     """The wrapped push envelope, or None when the body is the unwrapped data itself."""
     try:
-        parsed = json.loads(body)
+        parsed = jsonsafe.loads(body)
     except (UnicodeDecodeError, ValueError):
         return None
     if (

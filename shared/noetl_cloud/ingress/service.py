@@ -4,10 +4,11 @@ Order matters (RFC §7.5): nothing of the request but the bytes the verifier nee
 the verifier passed; the planner takes only a verified message. Then:
 
 * rate limit (per listener, token bucket) -> 429 with ``Retry-After``;
-* replay protection for schemes with a message id: the id is claimed in the coordination store
-  while the message is forwarded, recorded as accepted once the control plane took it, and the
-  claim released if the forward failed, so a redelivery after a failure is processed, a redelivery
-  after success is an acknowledged no-op, and two concurrent copies cannot both run;
+* replay protection, keyed on what the scheme signs (``noetl_cloud.ingress.replay``): the id is
+  claimed in the coordination store while the message is forwarded, recorded as accepted once the
+  control plane took it, and the claim released if the forward failed, so a redelivery after a
+  failure is processed, a redelivery after success is an acknowledged no-op, and two concurrent
+  copies cannot both run;
 * forward one ``POST /api/execute``: 202 ``{status: accepted, execution_id}`` (200 to a Pub/Sub
   push, whose emulator does not take 202 as an acknowledgement).
 
@@ -21,72 +22,37 @@ redelivery storm), for webhooks 400.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-from noetl_cloud.errors import NoetlError, NotFound, Unavailable
+from noetl_cloud.errors import ConfigError, NoetlError, Unavailable
 from noetl_cloud.ingress.audit import AuditSampler
 from noetl_cloud.ingress.directives import plan_dispatch
 from noetl_cloud.ingress.listeners import ListenerDirectory
+from noetl_cloud.ingress.outcomes import (
+    DeliveryInProgress,
+    DispatchRejected,
+    ListenerInactive,
+    ListenerMisconfigured,
+    ListenerPaused,
+    Outcome,
+    RateLimited,
+)
 from noetl_cloud.ingress.push import BadMessage, PushMessage, pubsub_message, webhook_message
+from noetl_cloud.ingress.replay import body_digest, replay_id
 from noetl_cloud.ingress.verify import Rejection, VerifiedIdentity, VerifyConfig, credential_headers, verify
 from noetl_cloud.kv.port import KeyValueStore
 from noetl_cloud.observability import Counters
 from noetl_cloud.ratelimit import TokenBucket
-from noetl_cloud.web.client import ApiClient
+from noetl_cloud.web.client import ApiClient, segment
 
 log = logging.getLogger(__name__)
 
 CLAIM_TTL_S = 30.0
 ACTIVE_STATES = ("registered", "active")
-
-
-class RateLimited(NoetlError):
-    status = 429
-    code = "rate_limited"
-    retryable = True
-
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(f"this listener's rate limit is reached; retry after {retry_after} s")
-        self.retry_after = retry_after
-
-
-class DeliveryInProgress(Unavailable):
-    code = "delivery_in_progress"
-    retry_after = 5
-
-
-class ListenerPaused(Unavailable):
-    code = "listener_paused"
-    retry_after = 30
-
-
-class ListenerInactive(NotFound):
-    code = "listener_inactive"
-
-
-class DispatchRejected(NoetlError):
-    status = 422
-    code = "dispatch_rejected"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    status: str  # accepted | duplicate | dead_lettered | spooled | dropped
-    http_status: int
-    execution_id: str | None = None
-    reason: str | None = None
-
-    def body(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"status": self.status}
-        if self.execution_id:
-            out["execution_id"] = self.execution_id
-        if self.reason:
-            out["reason"] = self.reason
-        return out
 
 
 class Spooler(Protocol):
@@ -155,9 +121,18 @@ class IngressService:
         header_pairs: Sequence[tuple[str, str]],
         query: Mapping[str, str] | None = None,
     ) -> Outcome:
+        # Replay claims, rate buckets and metric labels key on the name the control plane bound.
+        listener = str(config.get("listener") or listener)
         self.counters.inc("ingress_received", listener=listener)
-        verify_cfg = VerifyConfig.from_mapping(config.get("verify") or {})
-        identity = self._verify(listener, config, verify_cfg, body, header_pairs, query or {})
+        try:
+            verify_cfg = VerifyConfig.from_mapping(config.get("verify") or {})
+            identity = self._verify(listener, config, verify_cfg, body, header_pairs, query or {})
+        except ConfigError as exc:  # the operator's problem: logged in full, the sender told nothing of it
+            log.error("listener %s is misconfigured: %s", listener, exc.message, extra={"error_code": exc.code})
+            raise ListenerMisconfigured() from None
+        replayed_as = replay_id(verify_cfg.type, config.get("source"), identity.message_id, body, header_pairs)
+        if replayed_as != identity.message_id:
+            identity = dataclasses.replace(identity, message_id=replayed_as)
         self._limit(listener, config)
         claim = self._claim(listener, config, identity)
         if isinstance(claim, Outcome):
@@ -278,7 +253,7 @@ class IngressService:
         return webhook_message(
             body,
             header_pairs,
-            message_id=identity.message_id,
+            message_id=identity.message_id or body_digest(body),
             principal=identity.principal,
             payload_from=payload_from,
             drop=drop,
@@ -297,7 +272,7 @@ class IngressService:
         try:
             message = self._parse(config, verify_cfg, identity, body, header_pairs)
         except BadMessage as exc:
-            return self._permanent(listener, config, identity.message_id, exc)
+            return self._permanent(listener, config, exc.message_id or identity.message_id, exc)
         plan = plan_dispatch(message.message, config)
         meta: dict[str, Any] = {
             "message_id": message.message.message_id,
@@ -387,7 +362,7 @@ class IngressService:
         """Best effort: an audit record must never turn a verdict into a 5xx."""
         try:
             self.api.post(
-                f"/api/internal/ingress/{listener}/audit", json={"event_type": event_type, "payload": payload}
+                f"/api/internal/ingress/{segment(listener)}/audit", json={"event_type": event_type, "payload": payload}
             )
         except NoetlError:
             log.warning("audit event not recorded", extra={"listener": listener, "event_type": event_type})

@@ -28,6 +28,7 @@ from flask import Flask, request
 from noetl_cloud.auth import push as push_endpoint
 from noetl_cloud.auth.internal import InternalAuth, install
 from noetl_cloud.errors import BadRequest
+from noetl_cloud.ids import id_from_text
 from noetl_cloud.ingress.push import pubsub_message
 from noetl_cloud.ingress.verify import CREDENTIAL_HEADERS
 from noetl_cloud.observability import configure_logging
@@ -45,10 +46,10 @@ class InvalidNotification(BadRequest):
 
 def event_id_of(data: Any, attributes: Mapping[str, str]) -> int:
     value = data.get("event_id") if isinstance(data, dict) else attributes.get("event_id")
-    text = str(value) if value is not None else ""
-    if not text.isdigit() or len(text) > 19:
+    event_id = id_from_text(value)
+    if event_id is None:  # absent, not a number, or past a bigint: it can never be folded
         raise InvalidNotification("the message carries no event_id")
-    return int(text)
+    return event_id
 
 
 def build_app(role: ProjectorRole, push_auth: InternalAuth, api_auth: InternalAuth) -> Flask:

@@ -16,6 +16,7 @@ from flask import Blueprint, request
 
 from noetl_cloud.envelope import parse_time
 from noetl_cloud.errors import BadRequest
+from noetl_cloud.ids import id_from_text
 from noetl_cloud.replay.service import Cutoff, ReplayService
 from noetl_cloud.replay.state import SURFACES
 
@@ -43,9 +44,10 @@ def _required(name: str) -> str:
 
 
 def _id(name: str, value: str) -> int:
-    if not value.isdigit() or len(value) > 19:
+    number = id_from_text(value)
+    if number is None:
         raise BadRequest(f"{name} must be a decimal id", code="invalid_parameter", details={"parameter": name})
-    return int(value)
+    return number
 
 
 def scope() -> tuple[str, str, str]:

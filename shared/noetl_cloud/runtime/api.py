@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from noetl_cloud.errors import NoetlError, NotFound, ValidationFailed
 from noetl_cloud.runtime.port import ItemOutcome, RuntimeEvent
-from noetl_cloud.web.client import ApiClient, ApiResponse
+from noetl_cloud.web.client import ApiClient, ApiResponse, segment
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +44,11 @@ class ApiControlClient:
         return dict(response.json)
 
     def transition(self, subscription_id: str, action: str) -> dict[str, Any]:
-        response = self.api.post(f"/api/subscriptions/{subscription_id}/{action}").raise_for_error()
+        response = self.api.post(f"/api/subscriptions/{segment(subscription_id)}/{segment(action)}").raise_for_error()
         return dict(response.json)
 
     def state(self, subscription_id: str) -> dict[str, Any]:
-        return dict(self.api.get(f"/api/subscriptions/{subscription_id}").raise_for_error().json)
+        return dict(self.api.get(f"/api/subscriptions/{segment(subscription_id)}").raise_for_error().json)
 
     # -- dispatch ----------------------------------------------------------------------------
 
@@ -110,7 +110,7 @@ class ApiControlClient:
             ]
         }
         try:
-            response = self.api.post(f"/api/internal/subscriptions/{subscription_id}/events", json=body)
+            response = self.api.post(f"/api/internal/subscriptions/{segment(subscription_id)}/events", json=body)
             response.raise_for_error()
         except NotFound as exc:
             # ``subscription_not_found``: no registration (yet) to write to; any other 404 is a

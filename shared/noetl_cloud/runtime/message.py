@@ -11,11 +11,11 @@ does not care how its message arrived.
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from noetl_cloud import jsonsafe
 from noetl_cloud.ingress.directives import DispatchPlan, normalize_headers, plan_dispatch, seal_trusted_pull
 from noetl_cloud.ingress.push import BadMessage, PushMessage
 from noetl_cloud.runtime.port import SourceMessage
@@ -28,11 +28,14 @@ def decode_payload(data: bytes, payload_from: str, attributes: Mapping[str, str]
         return dict(attributes)
     if payload_from == "message.json":
         try:
-            return json.loads(data)
+            return jsonsafe.loads(data, max_depth=jsonsafe.MAX_PAYLOAD_DEPTH)
         except (UnicodeDecodeError, ValueError):
-            raise BadMessage("the message data is not JSON, and the subscription takes message.json") from None
+            raise BadMessage(
+                f"the message data is not JSON (nested at most {jsonsafe.MAX_PAYLOAD_DEPTH} levels), "
+                "and the subscription takes message.json"
+            ) from None
     try:
-        return json.loads(data)
+        return jsonsafe.loads(data, max_depth=jsonsafe.MAX_PAYLOAD_DEPTH)
     except (UnicodeDecodeError, ValueError):
         try:
             return data.decode("utf-8")

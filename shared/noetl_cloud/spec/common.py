@@ -28,6 +28,10 @@ POOL_NAME = r"^[a-z][a-z0-9-]{0,30}$"
 #: A Secrets Wallet alias: a name, never a value (no spaces, no ``$``, no braces).
 WALLET_ALIAS = r"^[A-Za-z0-9_][A-Za-z0-9_.:/@-]{0,254}$"
 
+#: A listener name: the one segment after ``/ingress/`` of a push route. Lowercase only, so every
+#: listener has exactly one spelling; routes take it through the ``listener`` URL converter.
+LISTENER_NAME = r"[a-z0-9][a-z0-9_-]{0,62}"
+
 #: An HTTP field name (RFC 9110 token); also fits Pub/Sub attribute and Kafka / NATS header keys.
 HEADER_NAME = r"^[a-z0-9!#$%&'*+.^_`|~-]+$"
 
@@ -171,11 +175,72 @@ def raise_problems(title: str, problems: Iterable[InitErrorDetails]) -> None:
 
 # -- YAML -------------------------------------------------------------------------------------------
 
+#: The deepest nesting of a catalog document (the JSON bound of every request body).
+MAX_YAML_DEPTH = 128
+
+
+class YamlRefused(yaml.MarkedYAMLError):
+    """A catalog document uses what the catalog does not take; ``kind`` is the stable code."""
+
+    def __init__(self, kind: str, problem: str, mark: Any) -> None:
+        super().__init__(problem=problem, problem_mark=mark)
+        self.kind = kind
+
+
+class CatalogYamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with the size of what aliases expand to bounded, and nesting bounded.
+
+    An alias is a reference: a few hundred bytes of aliases of aliases ("billion laughs") expand
+    to gigabytes once the document is stored as JSON (551 bytes took 6.6 s and stored 40 MB). Each
+    node weighs 1 plus its scalar's length, an alias the whole weight of its anchor (aliases inside
+    it included); past twice the document's own length (and 64 KiB) the document is refused while
+    it is composed, in time linear in its text. An alias-free document never comes near that bound,
+    and anchors reused a few times (``<<: *defaults``) keep working. The composer recurses once per
+    level, so nesting is bounded before it could raise ``RecursionError``."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._weight = 0
+        self._weights: dict[str, int] = {}
+        self._budget = 2 * len(stream) + 64 * 1024
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent):
+            self._weight += self._weights.get(str(event.anchor), 0)
+            if self._weight > self._budget:
+                message = f"aliases expand the document past {self._budget} bytes; reuse anchors, do not multiply them"
+                raise YamlRefused("yaml_alias_expansion", message, event.start_mark)
+            return super().compose_node(parent, index)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise YamlRefused("yaml_too_deep", f"nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark)
+        before = self._weight
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        self._weight += 1 + (len(node.value) if isinstance(node, yaml.ScalarNode) else 0)
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            self._weights[str(anchor)] = self._weight - before
+        return node
+
 
 def load_yaml(text: str) -> dict[str, Any]:
-    """The mapping of one YAML document; bad YAML or another shape is :class:`ValidationFailed` at ``$``."""
+    """The mapping of one YAML document; bad YAML or another shape is :class:`ValidationFailed` at
+    ``$`` (``yaml_syntax``); aliases that multiply the document, or nesting past
+    :data:`MAX_YAML_DEPTH`, are :class:`ValidationFailed` with the code ``yaml_alias_expansion`` /
+    ``yaml_too_deep``."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=CatalogYamlLoader)  # noqa: S506 - a SafeLoader subclass
+    except YamlRefused as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ValidationFailed(
+            f"document refused: {exc.problem}", code=exc.kind, details=[problem("$", f"{exc.problem}{where}", exc.kind)]
+        ) from None
     except yaml.MarkedYAMLError as exc:
         # ``problem`` and the mark only: str(exc) quotes the document, which may hold secrets.
         where = (

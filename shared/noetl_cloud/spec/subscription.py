@@ -21,6 +21,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from noetl_cloud.spec.common import (
     CATALOG_PATH,
+    LISTENER_NAME,
     POOL_NAME,
     ApiVersion,
     ByteCount,
@@ -39,7 +40,6 @@ from noetl_cloud.spec.common import (
 from noetl_cloud.spec.spool import Spool
 
 INGRESS_PREFIX = "/ingress/"
-LISTENER_NAME = r"[a-z0-9][a-z0-9_-]{0,62}"
 _GATEWAY_PATH = re.compile(rf"^{INGRESS_PREFIX}({LISTENER_NAME})$")
 
 Source = Literal["pubsub", "nats", "kafka", "webhook"]

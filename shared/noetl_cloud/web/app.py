@@ -1,22 +1,31 @@
 """App factory: one Flask app per role with the common request pipeline.
 
-Every app gets: the JSON error model, a request-size limit checked from ``Content-Length``
-before the body is read (``413 payload_too_large``), a request id (``X-Request-Id``, echoed
-back), the W3C trace context of the request (``traceparent``/``tracestate``/``baggage``, or
-Cloud Run's ``X-Cloud-Trace-Context``) in context variables for logs and downstream calls, and
-``GET /healthz``.
+Every app gets: the JSON error model, a request-size limit (``413 payload_too_large``) checked
+from ``Content-Length`` before the body is read and, for a body without one (chunked), while it
+is read: a body one byte over the limit is refused whole, never cut and processed. The limit is
+the role's ``max_request_bytes`` unless a route says otherwise (:func:`body_limit`). JSON bodies
+are parsed with bounded nesting (:mod:`noetl_cloud.jsonsafe`: too deep is malformed, a 400). Also a
+request id (``X-Request-Id``, echoed back), the W3C trace context of the request
+(``traceparent``/``tracestate``/``baggage``, or Cloud Run's ``X-Cloud-Trace-Context``) in context
+variables for logs and downstream calls, and ``GET /healthz``.
 """
 
 from __future__ import annotations
 
 import random
 import re
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import IO, Any, TypeVar
 
 from flask import Flask, Response, g, request
+from flask import Request as FlaskRequest
+from flask.json.provider import DefaultJSONProvider
 from pydantic import BaseModel, ValidationError
-from werkzeug.routing import IntegerConverter, Map
+from werkzeug.routing import BaseConverter, IntegerConverter, Map
+from werkzeug.utils import cached_property
+from werkzeug.wsgi import LimitedStream, get_input_stream
 
+from noetl_cloud import jsonsafe
 from noetl_cloud.errors import BadRequest, PayloadTooLarge
 from noetl_cloud.observability import (
     TraceContext,
@@ -24,9 +33,20 @@ from noetl_cloud.observability import (
     current_trace,
 )
 from noetl_cloud.settings import Settings
+from noetl_cloud.spec.common import LISTENER_NAME
 from noetl_cloud.web.errors import register_error_handlers, validation_failed
 
 M = TypeVar("M", bound=BaseModel)
+V = TypeVar("V", bound=Callable[..., Any])
+
+#: The largest body a listener may take (``ingress.max_body_bytes``, the spec's bound).
+MAX_LISTENER_BODY = 32 * 1024 * 1024
+#: The largest request carrying one delivery onward (``POST /api/execute`` from the ingress, the
+#: spool drainer, a pull runtime): a listener's body as JSON inside the workload, with its headers
+#: and meta. Re-encoding may grow a body (binary data as base64 is 4/3 of it, a JSON number written
+#: ``1E9`` comes back as ``1000000000.0``), hence twice the largest body; beyond that the control
+#: plane answers 413, a permanent refusal (dead-lettered for Pub/Sub push), never a retry.
+MAX_FORWARD_BYTES = 2 * MAX_LISTENER_BODY
 
 _CLOUD_TRACE = re.compile(r"^([0-9a-fA-F]{32})/(\d+)")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -53,21 +73,85 @@ class IdConverter(IntegerConverter):
         super().__init__(url_map, *args, **kwargs)  # type: ignore[arg-type]
 
 
+class ListenerConverter(BaseConverter):
+    """``<listener:...>``: exactly the names a subscription can register. Any other segment (a
+    decoded ``%3F`` or ``%23``, a space, CR/LF, upper case) matches no route, so it is a 404 before
+    a handler, a cache, a rate bucket or a metric label ever sees it."""
+
+    regex = LISTENER_NAME
+
+
+class BoundedStream(LimitedStream):
+    """A request body without ``Content-Length`` that holds at most ``limit`` bytes, and says so.
+
+    Werkzeug's stream for such a body stops at ``max_content_length`` and returns what it read, so a
+    longer body arrived cut at the limit and was processed. This one reads one byte past the limit
+    and refuses the request (413) when that byte exists."""
+
+    def __init__(self, stream: IO[bytes], limit: int) -> None:
+        super().__init__(stream, limit + 1, is_max=True)
+        self.max_bytes = limit
+
+    def readinto(self, b: Any) -> int | None:
+        count = super().readinto(b)
+        if self._pos > self.max_bytes:
+            raise PayloadTooLarge(
+                f"request body exceeds the limit of {self.max_bytes} bytes", details={"limit_bytes": self.max_bytes}
+            )
+        return count
+
+
+class Request(FlaskRequest):
+    """Flask's request with a body stream that never hands a handler a body cut at the limit."""
+
+    @cached_property
+    def stream(self) -> IO[bytes]:
+        limit = self.max_content_length
+        if self.content_length is None and limit is not None and "wsgi.input_terminated" in self.environ:
+            return BoundedStream(self.environ["wsgi.input"], limit)  # type: ignore[return-value]
+        return get_input_stream(self.environ, max_content_length=limit)
+
+
+class JsonProvider(DefaultJSONProvider):
+    """Flask's JSON with :func:`noetl_cloud.jsonsafe.loads`: ``request.get_json`` sees a body nested
+    too deep as malformed JSON (400), never a ``RecursionError`` (500)."""
+
+    sort_keys = False
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        return jsonsafe.loads(s)
+
+
+def body_limit(limit: int) -> Callable[[V], V]:
+    """Route decorator (under ``@app.post``): this route takes bodies up to ``limit`` bytes instead
+    of the role's ``max_request_bytes``."""
+
+    def mark(view: V) -> V:
+        view.max_body_bytes = limit  # type: ignore[attr-defined]
+        return view
+
+    return mark
+
+
 def create_app(role: str, settings: Settings) -> Flask:
     app = Flask(f"noetl_cloud.{role}")
+    app.request_class = Request
+    app.json = JsonProvider(app)
     app.url_map.converters["int"] = IdConverter
+    app.url_map.converters["listener"] = ListenerConverter
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.config["NOETL_SETTINGS"] = settings
-    app.json.sort_keys = False  # type: ignore[attr-defined]
     register_error_handlers(app)
 
     @app.before_request
     def _begin() -> None:
+        view = app.view_functions.get(request.endpoint or "")
+        limit = int(getattr(view, "max_body_bytes", settings.max_request_bytes))
+        request.max_content_length = limit  # also bounds a body without Content-Length (Request.stream)
         length = request.content_length
-        if length is not None and length > settings.max_request_bytes:
+        if length is not None and length > limit:
             raise PayloadTooLarge(
-                f"request body of {length} bytes exceeds the limit of {settings.max_request_bytes}",
-                details={"limit_bytes": settings.max_request_bytes},
+                f"request body of {length} bytes exceeds the limit of {limit}", details={"limit_bytes": limit}
             )
         supplied = request.headers.get("X-Request-Id", "")
         # A correlation id, not a secret: the process's PRNG, not a system call per request.
@@ -100,7 +184,10 @@ def json_body(model: type[M]) -> M:
     with the failing field paths when it does not validate."""
     data = request.get_json(silent=True, force=True)
     if not isinstance(data, dict):
-        raise BadRequest("request body must be a JSON object", code="invalid_json")
+        raise BadRequest(
+            f"request body must be a JSON object (UTF-8, nested at most {jsonsafe.MAX_DEPTH} levels)",
+            code="invalid_json",
+        )
     try:
         return model.model_validate(data)
     except ValidationError as exc:

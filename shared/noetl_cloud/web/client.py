@@ -72,6 +72,21 @@ _ERROR_CLASSES: dict[int, type[NoetlError]] = {
 }
 
 
+def _encode(value: Any) -> bytes:
+    """Compact UTF-8 JSON: a non-ASCII body keeps its size (``\\u`` escapes would triple it). A
+    string holding a lone surrogate has no UTF-8 form: only then the escaped form is sent."""
+    try:
+        return jsonlib.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return jsonlib.dumps(value, separators=(",", ":")).encode("ascii")
+
+
+def segment(value: object) -> str:
+    """``value`` as one percent-encoded path segment: every call that puts a name or an id into a
+    path goes through this, so a ``?``, ``#``, ``/`` or space in it cannot end the path or add one."""
+    return urllib.parse.quote(str(value), safe="")
+
+
 class UpstreamUnavailable(Unavailable):
     """The API could not be reached or kept answering "try later" until the retries ran out."""
 
@@ -192,7 +207,7 @@ class ApiClient:
         if not path.startswith("/") or path.startswith("//"):
             raise ValueError(f"path must start with a single '/', got {path!r}")
         target = self._base_path + path
-        body = None if json is None else jsonlib.dumps(json, separators=(",", ":")).encode("utf-8")
+        body = None if json is None else _encode(json)
         given = {k.lower(): v for k, v in (headers or {}).items()}
 
         attempts = self._retries + 1

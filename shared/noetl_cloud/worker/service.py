@@ -50,7 +50,7 @@ from noetl_cloud.envelope import parse_time, utc_now
 from noetl_cloud.errors import BadRequest
 from noetl_cloud.frames.worker import cursor_plan, run_cursor_slot
 from noetl_cloud.observability import TraceContext, current_trace, execution_scope
-from noetl_cloud.web.client import ApiResponse, UpstreamUnavailable
+from noetl_cloud.web.client import ApiResponse, UpstreamUnavailable, segment
 from noetl_cloud.worker.port import ControlPlaneApi, error_code, error_message
 from noetl_cloud.worker.run import PlanCache, RunChild, run_command
 from noetl_cloud.worker.slots import Slots
@@ -216,7 +216,7 @@ class WorkerService:
 
     def _handle(self, note: Notification) -> Handled:
         cid = note.command_id
-        claim = self._call("POST", f"/api/commands/{cid}/claim", {"worker_id": self.worker_id})
+        claim = self._call("POST", f"/api/commands/{segment(cid)}/claim", {"worker_id": self.worker_id})
         if not claim.ok:
             return self._claim_refused(note, claim)
         command = claim.json if isinstance(claim.json, dict) else {}
@@ -400,7 +400,7 @@ class WorkerService:
         delay = self.child_poll_s
         while not stopped.is_set():
             try:
-                response: ApiResponse | None = self.api.get(f"/api/executions/{child}")
+                response: ApiResponse | None = self.api.get(f"/api/executions/{segment(child)}")
             except UpstreamUnavailable:
                 response = None  # the child runs on; look again later
             if response is not None and response.ok and isinstance(response.json, dict):
@@ -463,7 +463,7 @@ class _Heartbeat:
 
     def beat(self) -> bool:
         """One heartbeat; false when the lease is gone for good."""
-        path = f"/api/commands/{self.command_id}/heartbeat"
+        path = f"/api/commands/{segment(self.command_id)}/heartbeat"
         try:
             response = self.service.api.post(path, {"worker_id": self.service.worker_id})
         except UpstreamUnavailable:
