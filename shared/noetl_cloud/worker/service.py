@@ -32,7 +32,6 @@ completed and ``child_failed`` otherwise.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import itertools
 import logging
@@ -40,17 +39,21 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from noetl_cloud.engine.outcome import Clock, Outcome, ToolResolver
 from noetl_cloud.engine.templates import Renderer
 from noetl_cloud.envelope import parse_time, utc_now
-from noetl_cloud.errors import BadRequest
 from noetl_cloud.frames.worker import cursor_plan, run_cursor_slot
 from noetl_cloud.observability import TraceContext, current_trace, execution_scope
 from noetl_cloud.web.client import ApiResponse, UpstreamUnavailable, segment
+from noetl_cloud.worker.delivery import BadNotification as BadNotification
+from noetl_cloud.worker.delivery import ControlPlaneRefused as ControlPlaneRefused
+from noetl_cloud.worker.delivery import Handled as Handled
+from noetl_cloud.worker.delivery import HandledOutcome
+from noetl_cloud.worker.delivery import Notification as Notification
+from noetl_cloud.worker.heartbeat import Heartbeat, StoppableClock
 from noetl_cloud.worker.port import ControlPlaneApi, error_code, error_message
 from noetl_cloud.worker.run import PlanCache, RunChild, run_command
 from noetl_cloud.worker.slots import Slots
@@ -63,86 +66,6 @@ log = logging.getLogger(__name__)
 TERMINAL = ("completed", "failed", "cancelled")
 #: How long a child started by a ``kind: playbook`` task stays deduplicated (a re-run follows it).
 CHILD_DEDUP_WINDOW_S = 24 * 3600
-_SNOWFLAKE_DIGITS = 19
-_HEARTBEAT_JOIN_S = 2.0
-
-HandledOutcome = Literal[
-    "reported",  # the report was accepted
-    "duplicate",  # the command was already terminal; the report changed nothing
-    "already_claimed",  # another delivery or worker holds the command
-    "execution_terminal",  # the execution ended before the claim
-    "not_found",  # no such command
-    "lease_lost",  # the lease went to someone else, seen by a heartbeat or by the report
-    "stopped",  # the execution ended while the command ran: nothing reported
-    "rejected",  # the control plane refused the claim or the report for good (4xx)
-]
-
-
-class BadNotification(BadRequest):
-    """A command notification without the references it must carry (never retried)."""
-
-    code = "invalid_notification"
-
-
-class ControlPlaneRefused(UpstreamUnavailable):
-    """The control plane refused this worker's credentials: a deployment problem, so the delivery is retried."""
-
-    code = "control_plane_refused"
-
-
-@dataclass(frozen=True)
-class Notification:
-    """The message on ``noetl-commands-<pool>``: references only."""
-
-    execution_id: str
-    command_id: str
-    event_id: str | None = None
-    step: str | None = None
-    attempt: int | None = None
-    traceparent: str | None = None
-
-    @classmethod
-    def from_mapping(cls, data: Any) -> Notification:
-        """Read a notification; :class:`BadNotification` (400) when ``command_id`` or ``execution_id`` is
-        missing or not a snowflake id."""
-        if not isinstance(data, Mapping):
-            raise BadNotification("a command notification is a JSON object")
-        ids = {}
-        for name in ("execution_id", "command_id"):
-            value = data.get(name)
-            value = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-            if not isinstance(value, str) or not value.isascii() or not value.isdigit():
-                raise BadNotification(f"the notification has no valid {name}", details={"field": name})
-            if len(value) > _SNOWFLAKE_DIGITS:
-                raise BadNotification(f"the notification has no valid {name}", details={"field": name})
-            ids[name] = value
-        attempt = data.get("attempt")
-        if isinstance(attempt, str) and attempt.isascii() and attempt.isdigit():
-            attempt = int(attempt)
-        return cls(
-            execution_id=ids["execution_id"],
-            command_id=ids["command_id"],
-            event_id=_text(data.get("event_id")),
-            step=_text(data.get("step")),
-            attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
-            traceparent=_text(data.get("traceparent")),
-        )
-
-
-@dataclass(frozen=True)
-class Handled:
-    """What became of one delivery that Pub/Sub should ack."""
-
-    outcome: HandledOutcome
-    command_id: str
-    status: Literal["ok", "error"] | None = None  # the run's status when it ran to its end
-
-    def body(self) -> dict[str, Any]:
-        """The JSON answer of the push endpoint."""
-        body: dict[str, Any] = {"outcome": self.outcome, "command_id": self.command_id}
-        if self.status is not None:
-            body["status"] = self.status
-        return body
 
 
 def wait_on(event: threading.Event, seconds: float) -> bool:
@@ -254,7 +177,7 @@ class WorkerService:
         log.info("command claimed", extra={"command_id": cid, "step": command.get("step"), "attempt": attempt})
 
         stopped = threading.Event()
-        heartbeat = _Heartbeat(self, cid, stopped, self.heartbeat_interval(command.get("lease_expires_at")))
+        heartbeat = Heartbeat(self, cid, stopped, self.heartbeat_interval(command.get("lease_expires_at")))
         heartbeat.start()
         cursor = cursor_plan(command, self.plans)
         try:
@@ -266,7 +189,7 @@ class WorkerService:
                     worker_id=self.worker_id,
                     tools=self.tools,
                     payloads=self.payloads,
-                    clock=self.clock if self.clock is not None else _StoppableClock(stopped),
+                    clock=self.clock if self.clock is not None else StoppableClock(stopped),
                     renderer=self.renderer,
                     keychain=self.keychain,
                     run_child=self._child_runner(command, stopped),
@@ -277,7 +200,7 @@ class WorkerService:
                 report = run_command(
                     command,
                     tools=self.tools,
-                    clock=self.clock if self.clock is not None else _StoppableClock(stopped),
+                    clock=self.clock if self.clock is not None else StoppableClock(stopped),
                     run_child=self._child_runner(command, stopped),
                     compiled=self.plans,
                     keychain=self.keychain,
@@ -431,78 +354,10 @@ def _child_outcome(child: str, path: str, execution: Mapping[str, Any]) -> Outco
     return Outcome("error", body, {**(failed.error or {}), "child": execution.get("error")})
 
 
-class _Heartbeat:
-    """Extends the claim lease from its own thread until stopped; a 409 (or 404) sets ``lost``."""
-
-    def __init__(self, service: WorkerService, command_id: str, lost: threading.Event, interval: float) -> None:
-        self.service = service
-        self.command_id = command_id
-        self.lost = lost
-        self.interval = interval
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        context = contextvars.copy_context()  # the trace and execution id of the delivery
-        self._thread = threading.Thread(
-            target=context.run, args=(self._run,), name=f"heartbeat-{self.command_id}", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop beating. A heartbeat call in flight is not waited out for long: the report matters more,
-        and a late heartbeat of a reported command is only refused."""
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join(timeout=_HEARTBEAT_JOIN_S)
-
-    def _run(self) -> None:
-        while not self._done.wait(self.interval):
-            if not self.beat():
-                return
-
-    def beat(self) -> bool:
-        """One heartbeat; false when the lease is gone for good."""
-        path = f"/api/commands/{segment(self.command_id)}/heartbeat"
-        try:
-            response = self.service.api.post(path, {"worker_id": self.service.worker_id})
-        except UpstreamUnavailable:
-            log.warning("heartbeat failed: the control plane is unreachable", extra={"command_id": self.command_id})
-            return True
-        if response.ok:
-            lease = response.json.get("lease_expires_at") if isinstance(response.json, dict) else None
-            self.interval = self.service.heartbeat_interval(lease)
-            return True
-        if response.status in (404, 409):
-            log.info("heartbeat refused: stopping", extra={"command_id": self.command_id, "code": error_code(response)})
-            self.lost.set()
-            return False
-        log.warning("heartbeat failed", extra={"command_id": self.command_id, "http_status": response.status})
-        return True
-
-
-class _StoppableClock:
-    """The real clock, whose waits (between retries) end as soon as the run is stopped."""
-
-    def __init__(self, stopped: threading.Event) -> None:
-        self._stopped = stopped
-
-    def now(self) -> float:
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            self._stopped.wait(seconds)
-
-
 def _attempt(value: Any, fallback: int | None) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
     return fallback if fallback is not None and fallback >= 1 else 1
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 __all__ = [
