@@ -175,7 +175,7 @@ class Peer:
             ended = self._wait(*loaded)
             wall = time.perf_counter() - begin
             cpu = meter.since(before)
-            alone = self._mark("alone")
+            alone = self._record("alone")
             for i in range(one_at_a_time):
                 body = json.dumps({"task": "step1", "args": {"run": alone[1], "i": i}}).encode()
                 answer = client.post("/defer", body, JSON)
@@ -194,13 +194,13 @@ class Peer:
             not_completed=int(failed),
         )
 
-    def _mark(self, label: str) -> tuple[int, str]:
+    def _record(self, label: str) -> tuple[int, str]:
         """A run label and the highest job id so far (the polls scan the newer jobs only, by primary key)."""
         self.runs += 1
         return int(scalar(self.db, "SELECT coalesce(max(id), 0) FROM procrastinate_jobs")), f"{label}-{self.runs}"
 
     def _start_many(self, client: Client, n: int) -> tuple[int, str, int]:
-        after, run = self._mark("load")
+        after, run = self._record("load")
         for offset in range(0, n, 100):
             items = [{"run": run, "i": offset + i} for i in range(min(100, n - offset))]
             answer = client.post("/defer/batch", json.dumps({"task": "step1", "items": items}).encode(), JSON)

@@ -82,7 +82,7 @@ class Settings(BaseModel):
     outbox_linger_ms: Annotated[float, Field(ge=0, le=1000)] = 10.0
     # How long the ids the relay thread published wait to be marked published together with later ones
     # (one statement for many batches; a crash before the mark has those rows published again).
-    outbox_mark_every_ms: Annotated[float, Field(ge=0, le=10_000)] = 200.0
+    outbox_settle_every_ms: Annotated[float, Field(ge=0, le=10_000)] = 200.0
 
     # Distributed execution: how long a claim holds without a heartbeat, how often a command is
     # issued before it fails with ``lease_expired``.

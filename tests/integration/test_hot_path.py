@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pg8000.core
@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import ExecuteRequest
+from noetl_cloud.messaging.port import OutboundMessage
 from noetl_cloud.settings import Settings
 from tests.integration.control_fixtures import Topics, register
 from tests.integration.replay_fixtures import chain_playbook
@@ -63,21 +64,28 @@ def _report(client: FlaskClient, command: dict[str, Any], *, accept_next: bool =
     return answer.get_json()  # type: ignore[no-any-return]
 
 
-def _notifications(plane: ControlPlane, command_id: str) -> int:
-    with plane.engine.connect() as conn:
-        return int(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM outbox o JOIN event e ON e.event_id = o.event_id "
-                    "WHERE o.topic LIKE :p AND e.payload ->> 'command_id' = :c"
-                ),
-                {"p": plane.settings.command_topic_prefix + "%", "c": command_id},
-            ).scalar_one()
-        )
+@pytest.fixture
+def sent(plane: ControlPlane, monkeypatch: pytest.MonkeyPatch) -> list[OutboundMessage]:
+    """Every message the control plane hands to Pub/Sub (still published: the real publisher is called)."""
+    messages: list[OutboundMessage] = []
+    publish = plane.publisher.publish
+
+    def recording(batch: Sequence[OutboundMessage]) -> list[str | None]:
+        messages.extend(batch)
+        return publish(batch)
+
+    monkeypatch.setattr(plane.publisher, "publish", recording)
+    return messages
+
+
+def _notifications(plane: ControlPlane, sent: list[OutboundMessage], command_id: str) -> int:
+    """How many notifications of ``command_id`` were published on the command topics."""
+    prefix = plane.settings.command_topic_prefix
+    return sum(m.topic.startswith(prefix) and m.attributes.get("command_id") == command_id for m in sent)
 
 
 def test_a_sequential_chain_hands_each_next_command_to_the_reporting_worker(
-    client: FlaskClient, plane: ControlPlane, topics: Topics
+    client: FlaskClient, plane: ControlPlane, topics: Topics, sent: list[OutboundMessage]
 ) -> None:
     register(client, chain_playbook("hot/chain", 3))
     execution_id = client.post("/api/execute", json={"path": "hot/chain"}).get_json()["execution_id"]
@@ -88,7 +96,7 @@ def test_a_sequential_chain_hands_each_next_command_to_the_reporting_worker(
         (command,) = answer["next"]
         assert (command["status"], command["worker_id"], command["attempt"]) == ("claimed", "w1", 1)
         assert command["scope"]["ctx"] == {} and command["playbook"]["path"] == "hot/chain"
-        assert _notifications(plane, command["command_id"]) == 0  # no Pub/Sub hop for it
+        assert _notifications(plane, sent, command["command_id"]) == 0  # no Pub/Sub hop for it
         steps.append(command["step"])
     last = _report(client, command)
     assert last["next"] == [] and last["execution_status"] == "completed"
@@ -99,7 +107,7 @@ def test_a_sequential_chain_hands_each_next_command_to_the_reporting_worker(
 
 
 def test_without_accept_next_or_on_a_fan_out_every_command_goes_through_its_topic(
-    client: FlaskClient, plane: ControlPlane, topics: Topics
+    client: FlaskClient, plane: ControlPlane, topics: Topics, sent: list[OutboundMessage]
 ) -> None:
     register(client, chain_playbook("hot/plain", 2))
     register(client, FAN_OUT)
@@ -118,7 +126,7 @@ def test_without_accept_next_or_on_a_fan_out_every_command_goes_through_its_topi
             .scalars()
             .all()
         )
-    assert len(new) == 3 and all(_notifications(plane, str(c)) == 1 for c in new)  # each through its topic
+    assert len(new) == 3 and all(_notifications(plane, sent, str(c)) == 1 for c in new)  # each through its topic
     # Two branches are not a chain: the answer hands the oldest command waiting in the pool, the plain
     # chain's second step, issued (and notified) before the fan-out's branches.
     assert (handed["execution_id"], handed["step"], handed["worker_id"]) == (plain, "s2", "w1")
@@ -168,7 +176,7 @@ def test_a_report_fills_the_workers_free_slots_with_its_next_step_then_the_oldes
 
 
 def test_an_eagerly_handed_command_whose_worker_died_is_issued_again_by_the_reaper(
-    client: FlaskClient, plane: ControlPlane, topics: Topics
+    client: FlaskClient, plane: ControlPlane, topics: Topics, sent: list[OutboundMessage]
 ) -> None:
     register(client, chain_playbook("hot/dies", 2))
     execution_id = client.post("/api/execute", json={"path": "hot/dies"}).get_json()["execution_id"]
@@ -187,7 +195,7 @@ def test_an_eagerly_handed_command_whose_worker_died_is_issued_again_by_the_reap
             {"c": int(handed["command_id"])},
         ).one()
     assert (row.status, row.attempt, row.worker_id) == ("issued", 2, None)
-    assert _notifications(plane, handed["command_id"]) == 1  # the re-issue goes through the topic
+    assert _notifications(plane, sent, handed["command_id"]) == 1  # the re-issue goes through the topic
     again = client.post(f"/api/commands/{handed['command_id']}/claim", json={"worker_id": "w2"}).get_json()
     assert again["attempt"] == 2
 

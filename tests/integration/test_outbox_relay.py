@@ -69,10 +69,10 @@ def test_the_relay_publishes_after_the_request_and_measures_the_delay(
         assert relay.flush(30)
         (message,) = topics.pull("shared", 1)
         assert json.loads(message.data)["execution_id"] == started.execution_id
-        assert set(_statuses(plane, started.execution_id or "")) == {"published"}
+        assert _statuses(plane, started.execution_id or "") == []  # published, so deleted
         plane.relay = relay  # as the execute role wires it: the answer of its relay endpoint
         stats = client.get("/api/internal/outbox/relay").get_json()
-        assert stats["handed_off"] == stats["published"] == len(_statuses(plane, started.execution_id or ""))
+        assert stats["handed_off"] == stats["published"] == 2  # the command notification and the mirror
         assert stats["lag_ms_max"] > 0 and stats["queued_rows"] == 0 and stats["background"] is True
     finally:
         relay.close()
@@ -107,35 +107,35 @@ def test_a_process_killed_between_commit_and_publish_loses_nothing(
         (message,) = topics.pull("shared", 1)
         assert json.loads(message.data)["execution_id"] == execution_id
         deadline = time.monotonic() + 30
-        while set(_statuses(plane, execution_id)) != {"published"} and time.monotonic() < deadline:
+        while _statuses(plane, execution_id) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert set(_statuses(plane, execution_id)) == {"published"}
+        assert _statuses(plane, execution_id) == []  # published by the survivor's sweep, then deleted
     finally:
         survivor.close()
 
 
-def test_the_relay_holds_the_mirror_rows_and_marks_many_publishes_in_one_statement(
+def test_the_relay_holds_the_mirror_rows_and_deletes_many_published_rows_in_one_statement(
     client: FlaskClient, plane: ControlPlane, topics: Topics
 ) -> None:
-    register(client, chain_playbook("relay/marks", 1))
+    register(client, chain_playbook("relay/settle", 1))
     relay = OutboxRelay(
-        plane.engine, plane.publisher, background=True, linger_s=0, mark_every_s=3600, topic_prefix=topics.prefix
+        plane.engine, plane.publisher, background=True, linger_s=0, settle_every_s=3600, topic_prefix=topics.prefix
     )
-    marks: list[int] = []
-    mark = relay._mark
-    relay._mark = lambda ok, failed: (marks.append(len(ok)), mark(ok, failed))[1]  # type: ignore[method-assign]
+    deletes: list[int] = []
+    record = relay._record
+    relay._record = lambda ok, failed: (deletes.append(len(ok)), record(ok, failed))[1]  # type: ignore[method-assign]
     plane.executions.relay = relay
     started = []
     try:
         for _ in range(3):  # one at a time: each hand-off is published before the next is made
-            started.append(plane.executions.start_one(ExecuteRequest(path="relay/marks")).execution_id or "")
+            started.append(plane.executions.start_one(ExecuteRequest(path="relay/settle")).execution_id or "")
             topics.pull("shared", 1)
         # The command notifications are published; the mirror rows are held for the settle, which also
-        # marks: it waits for the interval (or the thread's end), so nothing is marked yet.
+        # deletes what was published: it waits for the interval (or the thread's end), so nothing is yet.
         assert relay.report()["published"] == len(started)
-        assert marks == [] and all(set(_statuses(plane, e)) == {"pending"} for e in started)
+        assert deletes == [] and all(set(_statuses(plane, e)) == {"pending"} for e in started)
+        rows = sum(len(_statuses(plane, e)) for e in started)
     finally:
         relay.close()
-    rows = sum(len(_statuses(plane, e)) for e in started)
-    assert marks == [rows] and all(set(_statuses(plane, e)) == {"published"} for e in started)
+    assert deletes == [rows] and all(_statuses(plane, e) == [] for e in started)  # published: deleted
     assert relay.report()["published"] == rows and relay.report()["queued_rows"] == 0

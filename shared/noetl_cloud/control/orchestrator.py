@@ -105,19 +105,32 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
 
     def note(self, state: ExecState, command_id: str, event_id: str, step: str, attempt: int) -> dict[str, Any]:
         """The outbox row of a command notification on ``noetl-commands-<pool>``."""
+        return self.notification(state.execution_id, state.pool, state.trace, command_id, event_id, step, attempt)
+
+    def notification(
+        self,
+        execution_id: str,
+        pool: str,
+        trace: dict[str, Any] | None,
+        command_id: str,
+        event_id: str,
+        step: str,
+        attempt: int,
+    ) -> dict[str, Any]:
+        """A command notification (its outbox row's fields), from the command's and its execution's."""
         data = {
-            "execution_id": state.execution_id,
+            "execution_id": execution_id,
             "command_id": command_id,
             "event_id": event_id,
             "step": step,
             "attempt": attempt,
         }
         attributes = {k: str(v) for k, v in data.items()}
-        if state.trace:
-            attributes.update({k: v for k, v in state.trace.items() if k in ("traceparent", "tracestate")})
+        if trace:
+            attributes.update({k: v for k, v in trace.items() if k in ("traceparent", "tracestate")})
         return {
             "event_id": int(event_id),
-            "topic": self.command_topic_prefix + state.pool,
+            "topic": self.command_topic_prefix + pool,
             "ordering_key": None,
             "attributes": attributes,
             "data": data,

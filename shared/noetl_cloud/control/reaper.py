@@ -44,6 +44,17 @@ class Reaper:
 
         def note(self, state: ExecState, command_id: str, event_id: str, step: str, attempt: int) -> dict[str, Any]: ...
 
+        def notification(
+            self,
+            execution_id: str,
+            pool: str,
+            trace: dict[str, Any] | None,
+            command_id: str,
+            event_id: str,
+            step: str,
+            attempt: int,
+        ) -> dict[str, Any]: ...
+
         def plans_for(
             self, catalog_id: int, content: str | None = None, conn: Connection | None = None
         ) -> dict[str, StepPlan]: ...
@@ -114,14 +125,23 @@ class Reaper:
     def renotify(self, limit: int = 200) -> int:
         """Publish again the notification of every command still ``issued`` ``renotify_after_s`` after
         it was last issued or renotified: the message was lost (a broker that dropped it, a topic
-        recreated empty). Only notifications the outbox counts as published are sent again (a pending
-        one is the sweep's); the command's ``updated_at`` moves, so each is renotified once a period.
-        The number sent."""
+        recreated empty). Only commands whose notification is no longer in the outbox are taken (it was
+        published, and deleted; a pending one is the sweep's); the notification is built again from the
+        command and its execution, and published as is (no outbox row). The command's ``updated_at``
+        moves, so each is renotified once a period. The number sent."""
         tenant, org = self.tenant
         with self.engine.begin() as conn:
             conn.execute(CUSTOM_PLANS)  # which commands are stale depends on the data
-            rows = [
-                OutboxRow(r.outbox_id, r.topic, r.data, r.attributes, r.ordering_key)
+            notes = [
+                self.notification(
+                    str(r.execution_id),
+                    r.execution_pool,
+                    r.trace,
+                    str(r.command_id),
+                    str(r.issued_event_id),
+                    r.step,
+                    r.attempt,
+                )
                 for r in conn.execute(
                     _RENOTIFY,
                     {
@@ -133,7 +153,8 @@ class Reaper:
                     },
                 )
             ]
-        return self.relay.publish_rows(sorted(rows, key=lambda row: row.outbox_id))
+        messages = [OutboxRow(0, n["topic"], n["data"], n["attributes"], n["ordering_key"]).message() for n in notes]
+        return sum(server_id is not None for server_id in self.relay.publisher.publish(messages)) if messages else 0
 
     def _reissue(self, conn: Connection, turn: Turn, cmd: Any) -> list[OutboxRow]:
         attempt = cmd.attempt + 1
@@ -168,14 +189,12 @@ class Reaper:
 
 _RENOTIFY = text(
     "WITH stale AS ("
-    "  SELECT command_id FROM command WHERE status = 'issued' AND tenant_id = :t AND organization_id = :o"
-    "  AND updated_at < now() - make_interval(secs => :after_s)"
-    "  ORDER BY updated_at LIMIT :limit FOR UPDATE SKIP LOCKED"
-    "), touched AS ("
-    "  UPDATE command c SET updated_at = now() FROM stale WHERE c.command_id = stale.command_id"
-    "  RETURNING c.issued_event_id"
+    "  SELECT c.command_id FROM command c WHERE c.status = 'issued' AND c.tenant_id = :t AND c.organization_id = :o"
+    "  AND c.updated_at < now() - make_interval(secs => :after_s)"
+    "  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = c.issued_event_id AND o.topic LIKE :pattern)"
+    "  ORDER BY c.updated_at LIMIT :limit FOR UPDATE OF c SKIP LOCKED"
     ") "
-    "UPDATE outbox o SET status = 'in_flight', available_at = now() + interval '60 seconds' FROM touched "
-    "WHERE o.event_id = touched.issued_event_id AND o.topic LIKE :pattern AND o.status = 'published' "
-    "RETURNING o.outbox_id, o.topic, o.data, o.attributes, o.ordering_key"
+    "UPDATE command c SET updated_at = now() FROM stale, execution e "
+    "WHERE c.command_id = stale.command_id AND e.execution_id = c.execution_id "
+    "RETURNING c.command_id, c.execution_id, c.step, c.attempt, c.issued_event_id, e.execution_pool, e.trace"
 )

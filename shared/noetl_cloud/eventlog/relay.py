@@ -7,9 +7,10 @@ after its commit and before it answers. With ``background`` on (every role that 
 a daemon thread of the process publishes them, so no request waits on Pub/Sub:
 
 * command notifications within ``linger_s`` (10 ms), the rows of many requests in one ``Publish``;
-* the events' mirror rows at the next *settle*, every ``mark_every_s`` (200 ms): the projector's read
+* the events' mirror rows at the next *settle*, every ``settle_every_s`` (200 ms): the projector's read
   model may trail by that much, and the events topic gets one request per settle, not one per batch;
-* at the settle it also marks every row it published since the last one, in one statement.
+* at the settle it also deletes every row it published since the last one, in one statement (a
+  published row has done its work; deleting writes nothing new, where marking it rewrote the row).
 
 The queue is bounded (``max_queued`` rows), and rows it cannot take are simply left ``pending``.
 Rows whose publish fails stay ``pending`` with an exponential back-off (2, 4, ... 256 s, at most
@@ -18,7 +19,7 @@ kinds of topic: rows still ``pending`` after a grace period, and rows stuck ``in
 lease. The sweep runs from the relay's own thread every ``sweep_every_s`` (so a process that died
 between its commit and its publish is covered by any live one within grace + interval) and from
 the scheduled endpoint. A message may so be published twice (a crash between its publish and the
-settle's mark); every consumer is idempotent (claims, dedup, the projector's tracking position).
+settle's delete); every consumer is idempotent (claims, dedup, the projector's tracking position).
 """
 
 from __future__ import annotations
@@ -59,10 +60,10 @@ class OutboxRow:
         )
 
 
-_MARK_PUBLISHED = text(
-    "UPDATE outbox SET status = 'published', published_at = now(), attempts = attempts + 1, last_error = NULL "
-    "WHERE outbox_id = ANY(:ids)"
-)
+# A published row has done its work: deleted, it writes no new row version and no index entries (an
+# update of ``status`` could not be HOT: ``ix_outbox_claimable`` is partial on it), and the table
+# keeps only what is still to publish.
+_DELETE_PUBLISHED = text("DELETE FROM outbox WHERE outbox_id = ANY(:ids)")
 _MARK_FAILED = text(
     "UPDATE outbox SET status = 'pending', attempts = attempts + 1, last_error = 'publish failed', "
     "available_at = now() + make_interval(secs => LEAST(300, 2 ^ LEAST(attempts, 8))) "
@@ -115,7 +116,7 @@ class OutboxRelay:
         sweep_every_s: float = 0.0,
         sweep_grace_s: float = 30.0,
         linger_s: float = 0.01,
-        mark_every_s: float = 0.2,
+        settle_every_s: float = 0.2,
         max_batch_rows: int = 1000,
         topic_prefix: str = "noetl-commands-",
     ) -> None:
@@ -126,7 +127,7 @@ class OutboxRelay:
         self.sweep_every_s = sweep_every_s
         self.sweep_grace_s = sweep_grace_s  # how old a pending row is before the relay's sweep takes it
         self.linger_s = linger_s  # how long the thread waits for more rows before it publishes a batch
-        self.mark_every_s = mark_every_s  # how long published ids wait to be marked with later ones
+        self.settle_every_s = settle_every_s  # how often held mirror rows go out and published rows are deleted
         self.max_batch_rows = max_batch_rows
         self.topic_prefix = topic_prefix
         self.stats = RelayStats()
@@ -136,10 +137,10 @@ class OutboxRelay:
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
         self._stopping = threading.Event()
-        # The thread's own: mirror rows held for the next settle, ids published and not yet marked, and
+        # The thread's own: mirror rows held for the next settle, ids published and not yet deleted, and
         # how many queue items wait for that settle (``flush`` waits for them).
         self._held: list[tuple[float, OutboxRow]] = []
-        self._unmarked: list[int] = []
+        self._unsettled_ids: list[int] = []
         self._unsettled_batches = 0
 
     def hand_off(self, rows: Sequence[OutboxRow]) -> None:
@@ -166,14 +167,14 @@ class OutboxRelay:
                 "background": self.background,
                 "queued_rows": self._queued_rows,
                 "linger_ms": self.linger_s * 1000,
-                "mark_every_ms": self.mark_every_s * 1000,
+                "settle_every_ms": self.settle_every_s * 1000,
                 "sweep_every_s": self.sweep_every_s,
                 **asdict(self.stats),
             }
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until every row handed off so far is published and marked (or left pending); true when
-        done (within ``mark_every_s`` of the last publish)."""
+        """Wait until every row handed off so far is published and deleted (or left pending); true when
+        done (within ``settle_every_s`` of the last publish)."""
         deadline = time.monotonic() + timeout
         while self._queue.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.005)
@@ -206,7 +207,7 @@ class OutboxRelay:
 
     def _run(self) -> None:
         next_sweep = time.monotonic() + self.sweep_every_s
-        settle_at: float | None = None  # when the held mirror rows are published and every id marked
+        settle_at: float | None = None  # when the held mirror rows are published and the published deleted
         while not self._stopping.is_set():
             deadlines = [d for d in (next_sweep if self.sweep_every_s > 0 else None, settle_at) if d is not None]
             wait = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
@@ -224,9 +225,9 @@ class OutboxRelay:
                     break
             if batches:
                 self._take(batches)
-                settle_at = settle_at or time.monotonic() + self.mark_every_s
+                settle_at = settle_at or time.monotonic() + self.settle_every_s
             if settle_at is not None and (
-                time.monotonic() >= settle_at or len(self._held) + len(self._unmarked) >= self.max_batch_rows
+                time.monotonic() >= settle_at or len(self._held) + len(self._unsettled_ids) >= self.max_batch_rows
             ):
                 self._settle()
                 settle_at = None
@@ -237,7 +238,7 @@ class OutboxRelay:
 
     def _take(self, batches: list[tuple[float, Sequence[OutboxRow]]]) -> None:
         """Publish the command notifications of ``batches`` now and hold their mirror rows for the next
-        settle; the ids published wait for its mark, and failed rows go back to the sweep at once."""
+        settle; the ids published wait for its delete, and failed rows go back to the sweep at once."""
         commands, held = [], []
         for handed_at, batch in batches:
             for row in batch:
@@ -253,17 +254,17 @@ class OutboxRelay:
             self._publish_quietly(commands, [t for t, _b in batches])
 
     def _settle(self) -> None:
-        """Publish the held mirror rows, then mark every row published since the last settle (a failed
-        mark leaves rows pending: the sweep publishes them again; their consumers are idempotent)."""
+        """Publish the held mirror rows, then delete every row published since the last settle (a failed
+        delete leaves rows pending: the sweep publishes them again; their consumers are idempotent)."""
         held, self._held = self._held, []
         if held:
             self._publish_quietly([r for _t, r in held], [t for t, _r in held], mirror=True)
-        ids, self._unmarked = self._unmarked, []
+        ids, self._unsettled_ids = self._unsettled_ids, []
         try:
             if ids:
-                self._mark(ids, [])
+                self._record(ids, [])
         except Exception:
-            log.warning("marking %d published outbox rows failed; the sweep publishes them", len(ids), exc_info=True)
+            log.warning("deleting %d published outbox rows failed; the sweep publishes them", len(ids), exc_info=True)
         for _ in range(self._unsettled_batches):
             self._queue.task_done()
         self._unsettled_batches = 0
@@ -273,11 +274,11 @@ class OutboxRelay:
         try:
             ok, failed = self._publish(rows)
             if failed:
-                self._mark([], failed)
+                self._record([], failed)
         except Exception:  # the rows stay pending; the sweep publishes them
             log.warning("publishing outbox rows failed; the outbox sweep publishes them", exc_info=True)
             ok = []
-        self._unmarked.extend(ok)
+        self._unsettled_ids.extend(ok)
         done = time.monotonic()
         with self._lock:
             s = self.stats
@@ -304,7 +305,7 @@ class OutboxRelay:
         if not rows:
             return 0
         ok, failed = self._publish(rows)
-        self._mark(ok, failed)
+        self._record(ok, failed)
         return len(ok)
 
     def _publish(self, rows: Sequence[OutboxRow]) -> tuple[list[int], list[int]]:
@@ -316,13 +317,14 @@ class OutboxRelay:
         failed = [row.outbox_id for row, server_id in zip(rows, results, strict=True) if server_id is None]
         return ok, failed
 
-    def _mark(self, ok: Sequence[int], failed: Sequence[int]) -> None:
+    def _record(self, ok: Sequence[int], failed: Sequence[int]) -> None:
+        """Delete the rows published (``ok``); give the ``failed`` ones their back-off."""
         if not ok and not failed:
             return
         with self.engine.begin() as conn:
             conn.execute(CUSTOM_PLANS)
             if ok:
-                conn.execute(_MARK_PUBLISHED, {"ids": list(ok)})
+                conn.execute(_DELETE_PUBLISHED, {"ids": list(ok)})
             if failed:
                 conn.execute(_MARK_FAILED, {"ids": list(failed)})
 
@@ -363,7 +365,7 @@ def relay_for(engine: Engine, publisher: Publisher, settings: Settings) -> Outbo
         background=settings.outbox_publish == "background",
         sweep_every_s=settings.outbox_sweep_every_s,
         linger_s=settings.outbox_linger_ms / 1000,
-        mark_every_s=settings.outbox_mark_every_ms / 1000,
+        settle_every_s=settings.outbox_settle_every_ms / 1000,
         topic_prefix=settings.command_topic_prefix,
     )
 
