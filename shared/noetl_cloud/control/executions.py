@@ -26,6 +26,7 @@ from noetl_cloud.control.models import ExecuteRequest, ItemResult
 from noetl_cloud.control.orchestrator import Orchestrator
 from noetl_cloud.control.turn import ExecState, Turn
 from noetl_cloud.db.bulk import InsertBatch
+from noetl_cloud.db.engine import one_statement
 from noetl_cloud.db.schema import event, execution
 from noetl_cloud.engine.runner import merge_workload
 from noetl_cloud.envelope import EventEnvelope, EventFactory, utc_now
@@ -145,7 +146,12 @@ class ExecutionService:
         results: list[ItemResult | None] = [None] * len(requests)
         plans: list[_Plan] = []
         rows: list[OutboxRow] = []  # published after the commit: events, then command notifications
-        with self.engine.begin() as conn:
+        # Without dedup keys the only write is the batch's one statement (the reads before it need no
+        # transaction of their own), so it commits by itself: no BEGIN, no COMMIT round trip. It cannot
+        # half-apply: every event key it writes begins with its new execution's id, so a reused key means
+        # a reused execution id, and the execution row's primary key fails the whole statement.
+        writes_once = not any(r.dedup for r in requests)
+        with one_statement(self.engine) if writes_once else self.engine.begin() as conn:
             entries, guarded = self._resolve_all(conn, requests, use_cache)
             parents = self._parents(conn, requests)
             for index, request in enumerate(requests):
