@@ -57,7 +57,7 @@ class Driver:
 
     def status(self, execution_id: str) -> dict[str, Any]:
         response = self.client.get(f"/api/executions/{execution_id}")
-        assert response.status_code == 200
+        assert response.status_code == 200, (response.status_code, response.get_json())
         return response.get_json()  # type: ignore[no-any-return]
 
     def run_to_end(self, execution_id: str, limit: int = 2000) -> dict[str, Any]:

@@ -72,3 +72,20 @@ def test_prepared_statements_can_be_turned_off(db_settings: Settings) -> None:
             assert [s for s in _prepared(conn) if "+ 40" in s] == []
     finally:
         engine.dispose()
+
+
+def test_a_write_after_an_idle_ping_commits_by_itself_and_the_ping_leaves_no_transaction(db_settings: Settings) -> None:
+    from noetl_cloud.db.engine import create_db_engine, one_statement, ping_when_idle
+
+    engine = create_db_engine(db_settings, pool_size=1)
+    ping_when_idle(engine, idle_s=0)  # every checkout after a checkin pings the connection first
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE pinged (v int)"))
+        with one_statement(engine) as conn:  # checked out idle: pinged, then the one statement
+            conn.execute(text("INSERT INTO pinged VALUES (1)"))
+            assert not conn.connection.dbapi_connection._in_transaction  # type: ignore[union-attr]
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM pinged")).scalar_one() == 1  # committed
+    finally:
+        engine.dispose()

@@ -165,12 +165,16 @@ def ping_when_idle(engine: Engine, idle_s: float = IDLE_PING_S) -> None:
         since = record.info.get("noetl_idle_since")
         if since is None or time.monotonic() - since < idle_s:
             return
+        autocommit = dbapi_connection.autocommit
         try:
+            dbapi_connection.autocommit = True  # the ping leaves no transaction open behind it
             cursor = dbapi_connection.cursor()
             cursor.execute("SELECT 1")
             cursor.close()
         except Exception as exc:  # any failure of a ping means the connection is gone
             raise DisconnectionError("an idle pooled connection was dead") from exc
+        finally:
+            dbapi_connection.autocommit = autocommit
 
 
 @contextmanager
@@ -182,6 +186,7 @@ def one_statement(engine: Engine) -> Iterator[Connection]:
     with engine.connect() as conn:
         dbapi_connection = conn.connection.dbapi_connection
         assert dbapi_connection is not None
+        dbapi_connection.rollback()  # a transaction left open (none, normally: then no round trip) is ended
         dbapi_connection.autocommit = True
         try:
             yield conn
