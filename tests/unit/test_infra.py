@@ -7,7 +7,6 @@ in ``functions/`` must be in it.
 from __future__ import annotations
 
 import re
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import hcl2
 import pytest
 
 from noetl_cloud.settings import Settings
+from tests.unit import terraform_support
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -28,25 +28,7 @@ REGION = re.compile(
 )
 
 
-def _clean(value: Any) -> Any:
-    """python-hcl2 keeps the quotes of labels and string literals; drop them (``"x"`` -> ``x``)."""
-    if isinstance(value, dict):
-        return {_unquote(k): _clean(v) for k, v in value.items() if k not in ("__is_block__", "__comments__")}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    if isinstance(value, str):
-        return _unquote(value)
-    return value
-
-
-def _unquote(text: str) -> str:
-    return text[1:-1] if len(text) >= 2 and text[0] == text[-1] == '"' else text
-
-
-@cache
-def _parse(path: Path) -> dict[str, Any]:
-    with path.open() as handle:
-        return _clean(hcl2.load(handle))
+_parse = terraform_support.parse
 
 
 def _blocks(path: Path, kind: str) -> list[tuple[str, dict[str, Any]]]:
@@ -412,3 +394,131 @@ def test_tfvars_examples_give_every_required_value() -> None:
         assert example["runtime_subscriptions"] and example["pools"]
         runtime = example["roles"]["subscription_runtime"]
         assert runtime["min_instances"] >= 1 and runtime["cpu_idle"] is False
+
+
+# -- a first plan over an empty project ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_every_for_each_and_count_is_known_at_plan(env: str) -> None:
+    """No for_each/count of any module instance reaches an attribute of a created resource (an email,
+    an id), which Terraform knows only after apply: "Invalid for_each argument" on a fresh project."""
+    root = INFRA / "environments" / env
+    assert len(terraform_support.instances(root)) >= 10  # the stack and every module below it were walked
+    assert terraform_support.plan_unknown_uses(root) == []
+
+
+def _write_tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path / "env"
+
+
+_ACCOUNTS_MODULE = """
+resource "google_service_account" "role" {
+  for_each   = var.roles
+  account_id = each.key
+}
+variable "roles" {
+  type = set(string)
+}
+variable "project_id" {
+  type = string
+}
+output "created_emails" {
+  value = { for r, sa in google_service_account.role : r => sa.email }
+}
+output "built_emails" {
+  value      = { for r in var.roles : r => "${r}@${var.project_id}.iam.gserviceaccount.com" }
+  depends_on = [google_service_account.role]
+}
+"""
+
+
+def test_the_plan_known_check_finds_a_for_each_over_emails_read_back_from_created_accounts(tmp_path: Path) -> None:
+    root = _write_tree(
+        tmp_path,
+        {
+            "accounts/main.tf": _ACCOUNTS_MODULE,
+            "users/main.tf": """
+variable "emails" {
+  type = set(string)
+}
+resource "google_sql_user" "iam" {
+  for_each = var.emails
+  name     = each.value
+}
+""",
+            "env/main.tf": """
+module "accounts" {
+  source     = "../accounts"
+  roles      = ["execute", "frames"]
+  project_id = "p"
+}
+module "users" {
+  source = "../users"
+  emails = toset(values(module.accounts.created_emails))
+}
+""",
+        },
+    )
+    problems = terraform_support.plan_unknown_uses(root)
+    assert len(problems) == 1
+    assert "google_sql_user.iam (for_each)" in problems[0] and "google_service_account.role" in problems[0]
+    # The same users keyed by emails built from the account ids (what modules/iam does) pass.
+    text = (root / "main.tf").read_text().replace("created_emails", "built_emails")
+    (root / "main.tf").write_text(text)
+    terraform_support.parse.cache_clear()
+    terraform_support.folder.cache_clear()
+    assert terraform_support.plan_unknown_uses(root) == []
+
+
+def test_the_plan_known_check_finds_object_fields_locals_and_deferred_data_sources(tmp_path: Path) -> None:
+    root = _write_tree(
+        tmp_path,
+        {
+            "grants/main.tf": """
+variable "resources" {
+  type = object({ topics = map(string), bucket = string })
+}
+data "google_project" "this" {
+  project_id = "p"
+}
+locals {
+  agent_count = data.google_project.this.number > 0 ? 1 : 0
+}
+resource "google_pubsub_topic_iam_member" "publisher" {
+  for_each = var.resources.topics
+  topic    = each.value
+}
+resource "google_storage_bucket_iam_member" "agent" {
+  count  = local.agent_count
+  bucket = var.resources.bucket
+}
+""",
+            "env/main.tf": """
+resource "google_pubsub_topic" "t" {
+  name = "t"
+}
+resource "google_storage_bucket" "b" {
+  name = "b"
+}
+module "grants" {
+  source     = "../grants"
+  resources  = {
+    topics = { t = google_pubsub_topic.t.name }
+    bucket = google_storage_bucket.b.name
+  }
+  depends_on = [google_storage_bucket.b]
+}
+""",
+        },
+    )
+    problems = terraform_support.plan_unknown_uses(root)
+    # The topic map reaches a created topic; the bucket field (only a value) is not reported; the data
+    # source is read at apply because the module waits on a resource.
+    assert any("publisher (for_each)" in p and "google_pubsub_topic.t" in p for p in problems), problems
+    assert any("agent (count)" in p and "data.google_project.this" in p for p in problems), problems
+    assert not any("google_storage_bucket.b" in p for p in problems), problems
+    assert len(problems) == 2

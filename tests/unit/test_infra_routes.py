@@ -152,7 +152,7 @@ def _api_callers(role: str) -> list[str]:
     entries = _entries(_block(IAM_TEXT, "api_callers = {"))
     text = entries[role]
     members = [m for m in _callers(role) if m != PUSH_EMAIL or "m != local.push_member" not in text]
-    if "google_service_account.deployer.email" in text:
+    if "local.emails.deployer" in text:
         members.append(DEPLOYER_EMAIL)
     return members
 

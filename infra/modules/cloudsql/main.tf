@@ -64,7 +64,8 @@ resource "google_sql_database" "noetl" {
 }
 
 # IAM database authentication: the user name of a service account is its email without
-# ".gserviceaccount.com"; the Cloud SQL connector logs in with a short-lived OAuth token.
+# ".gserviceaccount.com"; the Cloud SQL connector logs in with a short-lived OAuth token. Keyed by
+# role (google_sql_user.iam["execute"]): the keys are known at plan.
 resource "google_sql_user" "iam" {
   for_each = var.iam_service_accounts
 

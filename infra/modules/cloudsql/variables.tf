@@ -79,9 +79,9 @@ variable "backup" {
 }
 
 variable "iam_service_accounts" {
-  description = "Service account emails that become IAM database users (NOETL_DB_IAM_AUTH=true): the control-plane roles and the migration job."
-  type        = set(string)
-  default     = []
+  description = "Service account emails that become IAM database users (NOETL_DB_IAM_AUTH=true), keyed by a name known at plan (the role: the control-plane roles and migrate). The keys, not the emails, key the users, so a first plan does not wait on the accounts."
+  type        = map(string)
+  default     = {}
 }
 
 variable "deletion_protection" {

@@ -286,11 +286,11 @@ module "iam" {
   resources = {
     cloudsql_instance    = module.cloudsql.instance_name
     firestore_database   = module.firestore.name
-    command_topics       = { for pool, t in module.pubsub.command_topics : pool => t.name }
+    command_topics       = module.pubsub.command_topic_names
     events_topic         = module.pubsub.events_topic.name
     spool_bucket         = module.spool_bucket.name
     payload_bucket       = module.payload_bucket.name
-    webhook_secrets      = toset([for s in google_secret_manager_secret.webhook : s.secret_id])
+    webhook_secrets      = var.webhook_secrets
     source_subscriptions = toset([for s in values(var.runtime_subscriptions) : s.source_subscription if s.source_subscription != null])
     artifact_registry = {
       location   = google_artifact_registry_repository.images.location
@@ -298,7 +298,8 @@ module "iam" {
     }
   }
 
-  depends_on = [google_project_service.this]
+  # The secret grants name the secrets by id (known at plan), so they wait for the secrets here.
+  depends_on = [google_project_service.this, google_secret_manager_secret.webhook]
 }
 
 module "pubsub" {
@@ -379,7 +380,7 @@ module "cloudsql" {
   network = {
     private_network = var.cloudsql.private_network
   }
-  iam_service_accounts = toset(module.iam.cloudsql_accounts)
+  iam_service_accounts = module.iam.cloudsql_accounts
 
   depends_on = [google_project_service.this]
 }
