@@ -190,6 +190,9 @@ def _value(expr: str, key: str) -> str:
         'trimsuffix(module.iam.role_emails[s.role], ".gserviceaccount.com")': email(str(SERVICES[key]["role"]))[
             : -len(".gserviceaccount.com")
         ],
+        # The stack's default pool of every control-plane role (modules/sizing counts it).
+        "tostring(var.roles[s.role].db_pool_size)": "5",
+        "tostring(var.roles[s.role].db_max_overflow)": "2",
         "s.pool": str(SERVICES[key]["pool"]),
         "s.subscription": str(SERVICES[key]["subscription"]),
     }
@@ -339,7 +342,7 @@ def test_every_scheduler_job_and_push_subscription_calls_a_route_with_its_servic
     assert 'push_endpoint = try("${local.service_url["worker-${p}"]}${local.routes.worker_push.path}", null)' in pubsub
     assert 'audience      = try(local.service_url["worker-${p}"], null)' in pubsub
     assert "${local.routes.projector_push.path}" in pubsub
-    assert "audience      = try(local.url[local.routes.projector_push.role]" in pubsub
+    assert re.search(r"audience\s+= try\(local\.url\[local\.routes\.projector_push\.role\]", pubsub)
     # The scheduler module sends the method it is given and an OIDC token for the audience.
     scheduler_module = (MODULES / "scheduler" / "main.tf").read_text()
     assert "http_method = each.value.http_method" in scheduler_module

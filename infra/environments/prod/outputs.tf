@@ -27,3 +27,8 @@ output "cloudsql_connection_name" {
   description = "NOETL_CLOUDSQL_INSTANCE."
   value       = module.noetl.cloudsql_connection_name
 }
+
+output "sizing" {
+  description = "Threads, ack and attempt deadlines and the Cloud SQL connection budget derived from the roles map (docs/deploy.md, Sizing)."
+  value       = module.noetl.sizing
+}

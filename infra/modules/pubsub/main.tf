@@ -26,7 +26,7 @@ locals {
         push_endpoint                      = e.push_endpoint
         audience                           = e.audience
         ordered                            = true
-        ack_deadline_seconds               = var.delivery.ack_deadline_seconds
+        ack_deadline_seconds               = coalesce(e.ack_deadline_seconds, var.delivery.ack_deadline_seconds)
         max_delivery_attempts              = var.delivery.max_delivery_attempts
       } if e != null
     },

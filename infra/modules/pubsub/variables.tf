@@ -54,10 +54,11 @@ variable "pools" {
 }
 
 variable "events_push" {
-  description = "Push target of noetl-events (the projector): endpoint and OIDC audience; null = no projector deployed yet. Delivery is ordered by the ordering key (the execution id)."
+  description = "Push target of noetl-events (the projector): endpoint, OIDC audience and ack deadline (default: delivery's); null = no projector deployed yet. Delivery is ordered by the ordering key (the execution id)."
   type = object({
-    push_endpoint = string
-    audience      = string
+    push_endpoint        = string
+    audience             = string
+    ack_deadline_seconds = optional(number)
   })
   default = null
 }

@@ -60,6 +60,9 @@ locals {
     health              = { role = "*", method = "GET", path = "/healthz" }
   }
 
+  # The migration job's pool: one upgrade at a time, on one connection plus one spare.
+  migrate_connections = 2
+
   command_topic_prefix = "${var.name_prefix}-commands-"
   events_topic         = "${var.name_prefix}-events"
 
@@ -152,6 +155,9 @@ locals {
       local.role_env[s.role],
       contains(local.control_plane, s.role) ? {
         NOETL_DB_USER = trimsuffix(module.iam.role_emails[s.role], ".gserviceaccount.com")
+        # The pool the connection budget counts (modules/sizing).
+        NOETL_DB_POOL_SIZE    = tostring(var.roles[s.role].db_pool_size)
+        NOETL_DB_MAX_OVERFLOW = tostring(var.roles[s.role].db_max_overflow)
       } : {},
       s.role == "worker" ? {
         NOETL_WORKER_POOL = s.pool
@@ -160,6 +166,8 @@ locals {
       } : {},
       s.role == "subscription_runtime" ? { NOETL_SUBSCRIPTION_PATH = s.subscription } : {},
       var.roles[s.role].env,
+      # gunicorn serves as many requests at once as Cloud Run sends (functions/entrypoint.sh).
+      contains(keys(module.sizing.gunicorn_threads), s.role) ? { GUNICORN_THREADS = tostring(module.sizing.gunicorn_threads[s.role]) } : {},
     )
   }
 
@@ -210,17 +218,20 @@ locals {
         audience    = local.url[local.routes[j.route].role]
         body        = "{}"
         time_zone   = "Etc/UTC"
+        # The attempt lasts as long as the request it makes may (modules/sizing).
+        attempt_deadline = "${module.sizing.scheduler_attempt_deadline_seconds[local.routes[j.route].role]}s"
       } if contains(local.roles, j.needs) && contains(local.roles, local.routes[j.route].role)
     },
     {
       for name, s in var.scheduled_subscriptions : "${var.name_prefix}-sched-${name}" => {
-        description = "Scheduled run of ${s.path}."
-        schedule    = s.schedule
-        uri         = "${local.url[local.routes.scheduled_execution.role]}${local.routes.scheduled_execution.path}"
-        http_method = local.routes.scheduled_execution.method
-        audience    = local.url[local.routes.scheduled_execution.role]
-        body        = jsonencode({ path = s.path, workload = jsondecode(s.workload), meta = { scheduled_by = name } })
-        time_zone   = s.time_zone
+        description      = "Scheduled run of ${s.path}."
+        schedule         = s.schedule
+        uri              = "${local.url[local.routes.scheduled_execution.role]}${local.routes.scheduled_execution.path}"
+        http_method      = local.routes.scheduled_execution.method
+        audience         = local.url[local.routes.scheduled_execution.role]
+        body             = jsonencode({ path = s.path, workload = jsondecode(s.workload), meta = { scheduled_by = name } })
+        time_zone        = s.time_zone
+        attempt_deadline = "${module.sizing.scheduler_attempt_deadline_seconds[local.routes.scheduled_execution.role]}s"
       }
     },
   )
@@ -276,6 +287,19 @@ resource "google_secret_manager_secret" "webhook" {
   depends_on = [google_project_service.this]
 }
 
+# Threads, ack deadlines, attempt deadlines and the database connection budget, from the roles map
+# and the instance (docs/deploy.md, Sizing); its output preconditions fail the plan of a mismatch.
+module "sizing" {
+  source = "../sizing"
+
+  roles = var.roles
+  database = {
+    max_connections      = var.cloudsql.max_connections
+    reserved_connections = var.cloudsql.reserved_connections
+    migrate_connections  = local.migrate_connections
+  }
+}
+
 module "iam" {
   source = "../iam"
 
@@ -315,11 +339,14 @@ module "pubsub" {
     for p in var.pools : p => {
       push_endpoint = try("${local.service_url["worker-${p}"]}${local.routes.worker_push.path}", null)
       audience      = try(local.service_url["worker-${p}"], null)
+      # A command runs inside the push request: Pub/Sub waits as long as the worker may run it.
+      ack_deadline_seconds = try(module.sizing.push_ack_deadline_seconds["worker"], null)
     }
   }
   events_push = contains(local.roles, local.routes.projector_push.role) ? {
-    push_endpoint = "${try(local.url[local.routes.projector_push.role], "")}${local.routes.projector_push.path}"
-    audience      = try(local.url[local.routes.projector_push.role], "")
+    push_endpoint        = "${try(local.url[local.routes.projector_push.role], "")}${local.routes.projector_push.path}"
+    audience             = try(local.url[local.routes.projector_push.role], "")
+    ack_deadline_seconds = module.sizing.push_ack_deadline_seconds[local.routes.projector_push.role]
   } : null
   push_service_account_email = module.iam.push_email
 
@@ -371,6 +398,7 @@ module "cloudsql" {
     tier              = var.cloudsql.tier
     availability_type = var.cloudsql.availability_type
     disk_size_gb      = var.cloudsql.disk_size_gb
+    max_connections   = var.cloudsql.max_connections
   }
   backup = {
     retained_backups               = var.cloudsql.retained_backups
@@ -471,6 +499,9 @@ resource "google_cloud_run_v2_job" "migrate" {
           for_each = merge(local.common_env, local.database_env, {
             NOETL_ROLE    = "migrate"
             NOETL_DB_USER = trimsuffix(module.iam.migrate_email, ".gserviceaccount.com")
+            # migrate_connections of the connection budget (modules/sizing).
+            NOETL_DB_POOL_SIZE    = tostring(local.migrate_connections)
+            NOETL_DB_MAX_OVERFLOW = "0"
           })
           content {
             name  = env.key

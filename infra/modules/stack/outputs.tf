@@ -57,3 +57,13 @@ output "cloudbuild_substitutions" {
   description = "The --substitutions of gcloud builds submit for this stack."
   value       = "_REGION=${var.region},_REPOSITORY=${google_artifact_registry_repository.images.repository_id},_NAME_PREFIX=${var.name_prefix}"
 }
+
+output "sizing" {
+  description = "The derived sizing (modules/sizing): gunicorn threads per role, push ack deadlines, scheduler attempt deadlines and the database connection budget against max_connections."
+  value = {
+    gunicorn_threads                   = module.sizing.gunicorn_threads
+    push_ack_deadline_seconds          = module.sizing.push_ack_deadline_seconds
+    scheduler_attempt_deadline_seconds = module.sizing.scheduler_attempt_deadline_seconds
+    db_connections                     = module.sizing.db_connections
+  }
+}
