@@ -527,3 +527,49 @@ module "grants" {
     assert any("agent (count)" in p and "data.google_project.this" in p for p in problems), problems
     assert not any("google_storage_bucket.b" in p for p in problems), problems
     assert len(problems) == 2
+
+
+# -- Firestore: what kv/firestore.py relies on -----------------------------------------------------
+
+
+def test_the_kv_collection_has_a_ttl_on_expires_at_and_no_index_on_fields_never_queried() -> None:
+    res = {(t, n): b for t, n, b in _resources(MODULES / "firestore" / "main.tf")}
+    ttl = res[("google_firestore_field", "ttl")]
+    assert ttl["field"] == "expires_at" and ttl["ttl_config"] == [{}]
+    assert ttl["collection"] == "${var.kv_collection}" and ttl["database"] == "${google_firestore_database.this.name}"
+    exempt = res[("google_firestore_field", "not_indexed")]
+    assert exempt["for_each"] == '${toset(["value_json", "key", "updated_at"])}'
+    assert exempt["collection"] == "${var.kv_collection}"
+    # index_config {} with no indexes is the exemption; the TTL field is exempted as well.
+    assert exempt["index_config"] == [{}] and ttl["index_config"] == [{}]
+    # The adapter writes exactly these fields, and its documents are only ever read by id.
+    adapter = (ROOT / "shared" / "noetl_cloud" / "kv" / "firestore.py").read_text()
+    for name in ("expires_at", "value_json", "key", "updated_at"):
+        assert f'"{name}":' in adapter, name
+    assert ".where(" not in adapter and ".order_by(" not in adapter
+    # One collection name, from the stack, in the module and in every Firestore user's settings.
+    stack = terraform_support.folder(STACK.resolve())
+    assert stack.modules["firestore"]["kv_collection"] == "${local.kv_collection}"
+    assert stack.locals["spool_env"]["NOETL_KV_COLLECTION"] == "${local.kv_collection}"
+    for role in ("ingress", "spool_drainer", "subscription_runtime"):
+        assert "local.spool_env" in stack.locals["role_env"][role]
+    variables = dict(_blocks(MODULES / "firestore" / "variables.tf", "variable"))
+    assert variables["kv_collection"]["default"] == Settings.model_fields["kv_collection"].default
+
+
+def test_the_deployer_reads_only_the_build_source_bucket() -> None:
+    res = {(t, n): b for t, n, b in _resources(MODULES / "iam" / "main.tf")}
+    reader = res[("google_storage_bucket_iam_member", "deployer_source_reader")]
+    assert reader["bucket"] == "${var.resources.build_source_bucket}"
+    assert reader["role"] == "roles/storage.objectViewer"
+    assert "deployer" in reader["member"]
+    # Every storage grant names one bucket: none is project-wide.
+    for path, rtype, name, body in _all_resources():
+        if "roles/storage." in str(body):
+            assert rtype == "google_storage_bucket_iam_member", f"{path}: {rtype}.{name}"
+    stack = terraform_support.folder(STACK.resolve())
+    assert stack.modules["iam"]["resources"]["build_source_bucket"] == "${module.build_source_bucket.name}"
+    assert stack.modules["build_source_bucket"]["source"] == "../spool_bucket"
+    # The documented submit stages the source in that bucket (not the project's default _cloudbuild one).
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    assert "--gcs-source-staging-dir" in docs and "build_source_staging_dir" in docs

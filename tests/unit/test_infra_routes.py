@@ -180,6 +180,7 @@ def _value(expr: str, key: str) -> str:
         'join(",", sort(tolist(var.pools)))': ",".join(sorted(POOLS)),
         "local.events_topic": f"{PREFIX}-events",
         "local.command_topic_prefix": f"{PREFIX}-commands-",
+        "local.kv_collection": f"{PREFIX}-kv",
         "module.cloudsql.connection_name": f"{PROJECT}:test-region:{PREFIX}",
         "module.cloudsql.database": "noetl",
         "module.cloudsql.ip_type": "private",

@@ -18,6 +18,11 @@ output "image_repository" {
   value       = module.noetl.image_repository
 }
 
+output "build_source_staging_dir" {
+  description = "The --gcs-source-staging-dir of gcloud builds submit."
+  value       = module.noetl.build_source_staging_dir
+}
+
 output "cloudbuild_substitutions" {
   description = "The --substitutions of gcloud builds submit."
   value       = module.noetl.cloudbuild_substitutions

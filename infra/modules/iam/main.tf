@@ -260,6 +260,14 @@ resource "google_project_iam_member" "deployer" {
   member  = "serviceAccount:${google_service_account.deployer.email}"
 }
 
+# A build run as a user-specified service account reads its uploaded source as that account
+# (gcloud builds submit --gcs-source-staging-dir gs://<this bucket>/source): read, on this bucket only.
+resource "google_storage_bucket_iam_member" "deployer_source_reader" {
+  bucket = var.resources.build_source_bucket
+  role   = "roles/storage.objectViewer"
+  member = "serviceAccount:${google_service_account.deployer.email}"
+}
+
 resource "google_artifact_registry_repository_iam_member" "deployer_writer" {
   project    = var.project_id
   location   = var.resources.artifact_registry.location

@@ -33,6 +33,7 @@ variable "resources" {
     events_topic         = string
     spool_bucket         = string
     payload_bucket       = string
+    build_source_bucket  = string
     webhook_secrets      = optional(set(string), [])
     source_subscriptions = optional(set(string), [])
     artifact_registry = object({

@@ -64,6 +64,7 @@ locals {
   migrate_connections = 2
 
   command_topic_prefix = "${var.name_prefix}-commands-"
+  kv_collection        = "${var.name_prefix}-kv"
   events_topic         = "${var.name_prefix}-events"
 
   apis = toset([
@@ -98,9 +99,12 @@ locals {
     NOETL_DB_IAM_AUTH       = "true"
     NOETL_CLOUDSQL_IP_TYPE  = module.cloudsql.ip_type
   }
+  # The spool's users are the Firestore users (circuits, leases, replay protection): the collection
+  # is the one the TTL policy and index exemptions are declared on (modules/firestore).
   spool_env = {
     NOETL_SPOOL_BACKEND = "gcs"
     NOETL_SPOOL_BUCKET  = module.spool_bucket.name
+    NOETL_KV_COLLECTION = local.kv_collection
   }
 
   # What each role needs at start, by role (docs/deploy.md, "What each service is configured with").
@@ -314,6 +318,7 @@ module "iam" {
     events_topic         = module.pubsub.events_topic.name
     spool_bucket         = module.spool_bucket.name
     payload_bucket       = module.payload_bucket.name
+    build_source_bucket  = module.build_source_bucket.name
     webhook_secrets      = var.webhook_secrets
     source_subscriptions = toset([for s in values(var.runtime_subscriptions) : s.source_subscription if s.source_subscription != null])
     artifact_registry = {
@@ -386,6 +391,24 @@ module "payload_bucket" {
   depends_on = [google_project_service.this]
 }
 
+# Where gcloud builds submit uploads the source (--gcs-source-staging-dir): a bucket of the stack, so
+# the deployer (a user-specified build service account) is granted read on this bucket alone.
+module "build_source_bucket" {
+  source = "../spool_bucket"
+
+  project_id    = var.project_id
+  name          = "${var.name_prefix}-build-source-${var.project_id}"
+  location      = var.region
+  force_destroy = true
+  labels        = var.labels
+  lifecycle_policy = {
+    dead_letter_age_days = 1
+    delete_after_days    = var.buckets.build_source_delete_days
+  }
+
+  depends_on = [google_project_service.this]
+}
+
 module "cloudsql" {
   source = "../cloudsql"
 
@@ -419,6 +442,7 @@ module "firestore" {
   project_id        = var.project_id
   location_id       = var.firestore_location
   delete_protection = var.deletion_protection
+  kv_collection     = local.kv_collection
 
   depends_on = [google_project_service.this]
 }

@@ -44,13 +44,18 @@ output "migrate_job" {
 }
 
 output "buckets" {
-  description = "Spool and payload bucket names."
-  value       = { spool = module.spool_bucket.name, payloads = module.payload_bucket.name }
+  description = "Spool, payload and build-source bucket names."
+  value       = { spool = module.spool_bucket.name, payloads = module.payload_bucket.name, build_source = module.build_source_bucket.name }
 }
 
 output "topics" {
   description = "Command topic of each pool and the events topic."
   value       = { commands = { for p, t in module.pubsub.command_topics : p => t.name }, events = module.pubsub.events_topic.name }
+}
+
+output "build_source_staging_dir" {
+  description = "The --gcs-source-staging-dir of gcloud builds submit: the bucket the deployer may read."
+  value       = "gs://${module.build_source_bucket.name}/source"
 }
 
 output "cloudbuild_substitutions" {

@@ -175,12 +175,13 @@ variable "vpc_access" {
 }
 
 variable "buckets" {
-  description = "Spool and payload buckets: dead-letter retention of the spool, optional payload expiry, optional CMEK, force_destroy for throwaway environments."
+  description = "Spool, payload and build-source buckets: dead-letter retention of the spool, optional payload expiry, days the uploaded build sources are kept, optional CMEK, force_destroy for throwaway environments."
   type = object({
-    spool_dead_letter_days = optional(number, 30)
-    payload_delete_days    = optional(number)
-    kms_key_name           = optional(string)
-    force_destroy          = optional(bool, false)
+    spool_dead_letter_days   = optional(number, 30)
+    payload_delete_days      = optional(number)
+    build_source_delete_days = optional(number, 30)
+    kms_key_name             = optional(string)
+    force_destroy            = optional(bool, false)
   })
   default = {}
 }
