@@ -1,7 +1,3 @@
-data "google_project" "this" {
-  project_id = var.project_id
-}
-
 locals {
   # Who holds what (docs/deploy.md explains each grant). Filtered to the roles deployed.
   control_plane   = setintersection(var.roles, ["execute", "frames", "projector"])
@@ -212,7 +208,9 @@ resource "google_pubsub_subscription_iam_member" "source_subscriber" {
 resource "google_service_account_iam_member" "push_token_creator" {
   service_account_id = google_service_account.push.name
   role               = "roles/iam.serviceAccountTokenCreator"
-  member             = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  member             = var.pubsub_service_agent
+
+  depends_on = [google_service_account.push]
 }
 
 # -- Cloud Storage: spool and payload buckets ----------------------------------------------------

@@ -48,3 +48,8 @@ variable "operators" {
   type        = set(string)
   default     = []
 }
+
+variable "pubsub_service_agent" {
+  description = "The project's Pub/Sub service agent as an IAM member (it mints the push subscriptions' OIDC tokens on projects created before 2021-04-08), from google_project_service_identity."
+  type        = string
+}

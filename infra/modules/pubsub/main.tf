@@ -1,10 +1,6 @@
-data "google_project" "this" {
-  project_id = var.project_id
-}
-
 locals {
   # The Pub/Sub service agent moves undeliverable messages to the dead-letter topics.
-  pubsub_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  pubsub_agent = var.service_agent_member
 
   # Every push subscription, keyed by the topic it reads: one per pool, and the events stream. Built
   # from variables only (topic names, not the topics' attributes): every for_each over it is known

@@ -79,3 +79,13 @@ variable "labels" {
   type        = map(string)
   default     = {}
 }
+
+variable "service_agent_member" {
+  description = "The project's Pub/Sub service agent as an IAM member (serviceAccount:service-<number>@gcp-sa-pubsub.iam.gserviceaccount.com), from google_project_service_identity so that it exists before the dead-letter grants name it."
+  type        = string
+
+  validation {
+    condition     = can(regex("^serviceAccount:service-[0-9]+@gcp-sa-pubsub\\.iam\\.gserviceaccount\\.com$", var.service_agent_member))
+    error_message = "service_agent_member is serviceAccount:service-<project number>@gcp-sa-pubsub.iam.gserviceaccount.com."
+  }
+}

@@ -304,13 +304,27 @@ module "sizing" {
   }
 }
 
+# The Pub/Sub service agent is made by Google some time after the API is enabled; a brand-new
+# project's first apply would grant an account that does not exist yet ("Service account ...
+# does not exist"). This asks the API to create it (and waits), and the grants that name it read
+# its email from here. The resource is in the google-beta provider only.
+resource "google_project_service_identity" "pubsub" {
+  provider = google-beta
+
+  project = var.project_id
+  service = "pubsub.googleapis.com"
+
+  depends_on = [google_project_service.this]
+}
+
 module "iam" {
   source = "../iam"
 
-  project_id  = var.project_id
-  name_prefix = var.name_prefix
-  roles       = local.roles
-  operators   = var.operators
+  project_id           = var.project_id
+  pubsub_service_agent = "serviceAccount:${google_project_service_identity.pubsub.email}"
+  name_prefix          = var.name_prefix
+  roles                = local.roles
+  operators            = var.operators
   resources = {
     cloudsql_instance    = module.cloudsql.instance_name
     firestore_database   = module.firestore.name
@@ -354,6 +368,7 @@ module "pubsub" {
     ack_deadline_seconds = module.sizing.push_ack_deadline_seconds[local.routes.projector_push.role]
   } : null
   push_service_account_email = module.iam.push_email
+  service_agent_member       = "serviceAccount:${google_project_service_identity.pubsub.email}"
 
   depends_on = [google_project_service.this]
 }
