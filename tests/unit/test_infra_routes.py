@@ -401,14 +401,24 @@ def test_each_push_endpoint_accepts_the_push_identity_token_for_its_own_url(
     assert push(mint(google, url_of(key), SCHEDULER_EMAIL)).status_code == 403
 
 
-def test_the_projector_api_accepts_the_deployer_smoke_test_and_operators(
+def test_the_execute_api_accepts_the_deployer_smoke_test_and_the_projector_api_does_not(
     offline: None, monkeypatch: pytest.MonkeyPatch, google: FakeGoogle
 ) -> None:
-    app = build("projector", monkeypatch)
-    endpoint, _ = app.url_map.bind("localhost").match("/api/projector/status", method="GET")
-    app.view_functions[endpoint] = lambda **_kw: {"reached": True}
-    client = app.test_client()
+    """Cloud Build smoke-tests GET /api/catalog on execute as the deployer (cloudbuild.yaml); the
+    projector, internal-only, no longer admits the deployer, and still admits the operators."""
+    execute = build("execute", monkeypatch)
+    endpoint, _ = execute.url_map.bind("localhost").match("/api/catalog", method="GET")
+    execute.view_functions[endpoint] = lambda **_kw: {"items": []}
+    client = execute.test_client()
     for who, status in ((DEPLOYER_EMAIL, 200), (OPERATOR, 200), (PUSH_EMAIL, 403)):
+        token = mint(google, url_of("execute"), who)
+        answer = client.get("/api/catalog", headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == status, (who, answer.json)
+    projector = build("projector", monkeypatch)
+    endpoint, _ = projector.url_map.bind("localhost").match("/api/projector/status", method="GET")
+    projector.view_functions[endpoint] = lambda **_kw: {"reached": True}
+    client = projector.test_client()
+    for who, status in ((DEPLOYER_EMAIL, 403), (OPERATOR, 200), (PUSH_EMAIL, 403)):
         token = mint(google, url_of("projector"), who)
         answer = client.get("/api/projector/status", headers={"Authorization": f"Bearer {token}"})
         assert answer.status_code == status, (who, answer.json)

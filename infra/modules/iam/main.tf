@@ -49,16 +49,19 @@ locals {
   }
 
   # The ID-token allowlist of each role's internal API (/api/*, /drain): its callers less the push
-  # identity, whose tokens only the push endpoints (POST /) accept. The projector's API also admits
-  # the deployer, which Cloud Build uses to smoke-test it after a rollout.
+  # identity, whose tokens only the push endpoints (POST /) accept. execute's API also admits the
+  # deployer, which Cloud Build uses to smoke-test the control plane and its database after a rollout
+  # (execute accepts traffic from outside the VPC; the projector is internal-only, which Cloud
+  # Build's traffic is not). The deployer can already run any image as execute's account, so this
+  # gives it nothing new.
   api_callers = {
-    execute       = [for m in local.callers.execute : split(":", m)[1]]
+    execute = concat(
+      [local.emails.deployer],
+      [for m in local.callers.execute : split(":", m)[1]],
+    )
     frames        = [for m in local.callers.frames : split(":", m)[1]]
     spool_drainer = [for m in local.callers.spool_drainer : split(":", m)[1]]
-    projector = concat(
-      [local.emails.deployer],
-      [for m in local.callers.projector : split(":", m)[1] if m != local.push_member],
-    )
+    projector     = [for m in local.callers.projector : split(":", m)[1] if m != local.push_member]
   }
 
   cloudsql_condition = {

@@ -36,11 +36,11 @@ output "cloudsql_accounts" {
 }
 
 output "invokers" {
-  description = "IAM members granted run.invoker on each role's services: the callers of the role, the scheduler on the services its jobs call, the push identity only on worker and projector, the operators on execute and projector, the deployer on projector (its post-rollout smoke test)."
+  description = "IAM members granted run.invoker on each role's services: the callers of the role, the scheduler on the services its jobs call, the push identity only on worker and projector, the operators on execute and projector, the deployer on execute (its post-rollout smoke test)."
   value = {
     for r in var.roles : r => toset(concat(
       local.callers[r],
-      r == "projector" ? ["serviceAccount:${local.emails.deployer}"] : [],
+      r == "execute" ? ["serviceAccount:${local.emails.deployer}"] : [],
     ))
   }
   depends_on = [google_service_account.role, google_service_account.push, google_service_account.scheduler, google_service_account.deployer]
