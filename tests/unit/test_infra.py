@@ -573,3 +573,24 @@ def test_the_deployer_reads_only_the_build_source_bucket() -> None:
     # The documented submit stages the source in that bucket (not the project's default _cloudbuild one).
     docs = (ROOT / "docs" / "deploy.md").read_text()
     assert "--gcs-source-staging-dir" in docs and "build_source_staging_dir" in docs
+
+
+def test_the_deployer_changes_only_the_services_and_the_job_of_the_stack() -> None:
+    """Project-wide the deployer reads Cloud Run and writes logs; run.developer is granted per service
+    (modules/cloud_run_service) and on the migration job, never on the project."""
+    res = {(t, n): b for t, n, b in _resources(MODULES / "iam" / "main.tf")}
+    assert res[("google_project_iam_member", "deployer")]["for_each"] == (
+        '${toset(["roles/run.viewer", "roles/logging.logWriter"])}'
+    )
+    for path, rtype, name, body in _all_resources():
+        if rtype == "google_project_iam_member":
+            text = str(body.get("role")) + str(body.get("for_each"))
+            assert "run.developer" not in text and "run.admin" not in text, f"{path}: {name}"
+    crs = {(t, n): b for t, n, b in _resources(MODULES / "cloud_run_service" / "main.tf")}
+    developer = crs[("google_cloud_run_v2_service_iam_member", "developer")]
+    assert developer["role"] == "roles/run.developer" and developer["for_each"] == "${var.developers}"
+    assert developer["name"] == "${google_cloud_run_v2_service.this.name}"
+    service = _module_calls(STACK / "main.tf")["service"]
+    assert service["developers"] == ["serviceAccount:${module.iam.deployer_email}"]
+    job = {(t, n): b for t, n, b in _resources(STACK / "main.tf")}[("google_cloud_run_v2_job_iam_member", "deployer")]
+    assert job["name"] == "${google_cloud_run_v2_job.migrate.name}" and job["role"] == "roles/run.developer"

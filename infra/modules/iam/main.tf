@@ -253,8 +253,12 @@ resource "google_secret_manager_secret_iam_member" "webhook_secret_accessor" {
 
 # -- the Cloud Build deployer --------------------------------------------------------------------
 
+# Project-wide only what cannot be granted on one resource: reading Cloud Run (listing the services
+# of the stack, following operations and executions) and writing the build's logs. Changing a
+# service or the migration job is granted on each of them (run.developer: modules/cloud_run_service
+# and the stack's migrate job), never on the project.
 resource "google_project_iam_member" "deployer" {
-  for_each = toset(["roles/run.developer", "roles/logging.logWriter"])
+  for_each = toset(["roles/run.viewer", "roles/logging.logWriter"])
 
   project = var.project_id
   role    = each.key

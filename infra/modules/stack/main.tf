@@ -478,6 +478,7 @@ module "service" {
   ingress               = var.roles[each.value.role].ingress
   allow_unauthenticated = each.value.role == "ingress"
   invokers              = module.iam.invokers[each.value.role]
+  developers            = ["serviceAccount:${module.iam.deployer_email}"]
   vpc_access            = contains(local.control_plane, each.value.role) ? var.vpc_access : null
   deletion_protection   = var.deletion_protection
   labels                = var.labels
@@ -560,6 +561,15 @@ resource "google_cloud_run_v2_job" "migrate" {
   }
 
   depends_on = [google_project_service.this, module.cloudsql]
+}
+
+# The deployer updates the job's image and executes it (cloudbuild.yaml), on this job only.
+resource "google_cloud_run_v2_job_iam_member" "deployer" {
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_job.migrate.name
+  role     = "roles/run.developer"
+  member   = "serviceAccount:${module.iam.deployer_email}"
 }
 
 module "scheduler" {
