@@ -8,7 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
+from noetl_cloud.spec import parse_document
 from tests.unit import terraform_support
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,3 +108,19 @@ def test_the_pubsub_service_agent_is_created_before_any_grant_names_it() -> None
         assert versions["google-beta"]["version"] == versions["google"]["version"]
         providers = [name for block in terraform_support.parse(folder / "main.tf")["provider"] for name in block]
         assert sorted(providers) == ["google", "google-beta"]
+
+
+def test_the_first_deploy_documents_are_valid_and_agree_with_the_walk() -> None:
+    """docs/deploy.md registers these two documents and signs a delivery for the listener."""
+    playbook_text = (ROOT / "docs" / "deploy" / "smoke.playbook.yaml").read_text()
+    subscription_text = (ROOT / "docs" / "deploy" / "smoke.subscription.yaml").read_text()
+    assert type(parse_document(playbook_text)).__name__ == "PlaybookDoc"
+    assert type(parse_document(subscription_text)).__name__ == "SubscriptionDoc"
+    playbook, subscription = yaml.safe_load(playbook_text), yaml.safe_load(subscription_text)
+    spec = subscription["spec"]
+    assert spec["dispatch"]["playbook"] == playbook["metadata"]["path"]
+    walk = (ROOT / "docs" / "deploy.md").read_text()
+    assert f'webhook_secrets = ["{spec["ingress"]["verify"]["secret"]}"]' in walk
+    assert f"gcloud secrets versions add {spec['ingress']['verify']['secret']}" in walk
+    assert f'"$INGRESS{spec["ingress"]["gateway_path"]}"' in walk
+    assert spec["ingress"]["verify"]["type"] == "hmac_sha256" and spec["ingress"]["verify"]["prefix"] == "sha256="
