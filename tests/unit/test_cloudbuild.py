@@ -102,7 +102,8 @@ def test_migration_runs_as_the_cloud_run_job_terraform_creates() -> None:
     assert 'gcloud run jobs execute "${_NAME_PREFIX}-migrate"' in script and "--wait" in script
     stack = (ROOT / "infra/modules/stack/main.tf").read_text()
     assert 'name                = "${var.name_prefix}-migrate"' in stack
-    assert 'args    = ["db", "upgrade"]' in stack and 'command = ["noetl-cloud"]' in stack
+    assert 'command = ["/bin/sh", "-c"]' in stack
+    assert 'args    = ["python -m noetl_cloud.dbaccess && exec noetl-cloud db upgrade"]' in stack
 
 
 def test_smoke_tests_call_the_urls_terraform_configures() -> None:

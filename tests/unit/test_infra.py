@@ -358,7 +358,18 @@ def test_secrets_reach_services_only_through_secret_manager_references() -> None
     secret_env = next(d["env"] for d in envs if "value_source" in str(d))
     assert "secret_key_ref" in str(secret_env)
     text = "\n".join(p.read_text() for p in TF_FILES)
-    assert "google_secret_manager_secret_version" not in text, "secret values never pass through Terraform"
+    # The one secret version Terraform writes (the Cloud SQL admin password) goes through write-only
+    # arguments from an ephemeral value: it is in neither the plan nor the state.
+    versions = [
+        (path, body) for path, rtype, _n, body in _all_resources() if rtype == "google_secret_manager_secret_version"
+    ]
+    assert [b["secret_data_wo"] for _p, b in versions] == ["${ephemeral.random_password.db_admin.result}"]
+    assert "secret_data" not in versions[0][1] and "secret_data =" not in text
+    users = [body for _p, rtype, _n, body in _all_resources() if rtype == "google_sql_user"]
+    assert [u.get("password_wo") for u in users if "password_wo" in u] == ["${var.admin_password}"]
+    assert not any("password" in u for u in users)
+    admin_password = dict(_blocks(MODULES / "cloudsql" / "variables.tf", "variable"))["admin_password"]
+    assert admin_password["ephemeral"] is True and admin_password["sensitive"] is True
     assert not re.search(r"NOETL_(INTERNAL_API_TOKEN|DB_PASSWORD)\s*=", text)
 
 
@@ -594,3 +605,29 @@ def test_the_deployer_changes_only_the_services_and_the_job_of_the_stack() -> No
     assert service["developers"] == ["serviceAccount:${module.iam.deployer_email}"]
     job = {(t, n): b for t, n, b in _resources(STACK / "main.tf")}[("google_cloud_run_v2_job_iam_member", "deployer")]
     assert job["name"] == "${google_cloud_run_v2_job.migrate.name}" and job["role"] == "roles/run.developer"
+
+
+def test_the_migration_job_grants_schema_access_before_it_upgrades() -> None:
+    """No person runs SQL on a new instance: the job runs noetl_cloud.dbaccess (as the built-in admin
+    user, its password from Secret Manager, then as the schema owner) and then the upgrade."""
+    stack = {(t, n): b for t, n, b in _resources(STACK / "main.tf")}
+    container = stack[("google_cloud_run_v2_job", "migrate")]["template"][0]["template"][0]["containers"][0]
+    assert container["args"] == ["python -m noetl_cloud.dbaccess && exec noetl-cloud db upgrade"]
+    env = next(d["env"] for d in container["dynamic"] if "env" in d)["for_each"]
+    for name in ("NOETL_DB_ADMIN_USER", "NOETL_DB_RUNTIME_USERS", "NOETL_DB_USER"):
+        assert name in env
+    assert "local.control_plane" in env
+    secret = container["env"][0]
+    assert secret["name"] == "NOETL_DB_ADMIN_PASSWORD"
+    ref = secret["value_source"][0]["secret_key_ref"][0]
+    assert ref["secret"] == "${google_secret_manager_secret.db_admin_password.secret_id}"
+    known = {Settings.env_name(f) for f in Settings.model_fields}
+    assert {"NOETL_DB_ADMIN_USER", "NOETL_DB_ADMIN_PASSWORD", "NOETL_DB_RUNTIME_USERS"} <= known
+    # Only the migration job's account reads that secret.
+    readers = [
+        body
+        for _p, rtype, _n, body in _all_resources()
+        if rtype == "google_secret_manager_secret_iam_member" and "db_admin_secret" in str(body.get("secret_id"))
+    ]
+    assert len(readers) == 1 and readers[0]["member"] == "serviceAccount:${local.emails.migrate}"
+    assert (ROOT / "shared" / "noetl_cloud" / "dbaccess.py").is_file()

@@ -74,3 +74,16 @@ resource "google_sql_user" "iam" {
   name     = trimsuffix(each.value, ".gserviceaccount.com")
   type     = "CLOUD_IAM_SERVICE_ACCOUNT"
 }
+
+# A built-in user (a member of cloudsqlsuperuser) for the one thing IAM users cannot do for
+# themselves: let the schema owner create in the public schema and the runtime roles use it
+# (noetl_cloud.dbaccess, run by the migration job). Its password is write-only: Terraform sends it
+# to the API and keeps neither it nor a hash in the state; a new password_version sends a new one.
+resource "google_sql_user" "admin" {
+  project             = var.project_id
+  instance            = google_sql_database_instance.this.name
+  name                = var.admin.name
+  type                = "BUILT_IN"
+  password_wo         = var.admin_password
+  password_wo_version = var.admin.password_version
+}

@@ -104,3 +104,18 @@ variable "labels" {
   type        = map(string)
   default     = {}
 }
+
+variable "admin" {
+  description = "The built-in admin user the migration job grants schema access with (noetl_cloud.dbaccess): its name, and the version of its password (raise it to rotate)."
+  type = object({
+    name             = string
+    password_version = optional(number, 1)
+  })
+}
+
+variable "admin_password" {
+  description = "The admin user's password: an ephemeral value (never stored in the state), sent when password_version changes."
+  type        = string
+  ephemeral   = true
+  sensitive   = true
+}

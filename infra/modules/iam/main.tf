@@ -251,6 +251,16 @@ resource "google_secret_manager_secret_iam_member" "webhook_secret_accessor" {
   depends_on = [google_service_account.role]
 }
 
+# The migration job connects once per run as the built-in admin user (noetl_cloud.dbaccess).
+resource "google_secret_manager_secret_iam_member" "migrate_db_admin" {
+  project   = var.project_id
+  secret_id = var.resources.db_admin_secret
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${local.emails.migrate}"
+
+  depends_on = [google_service_account.migrate]
+}
+
 # -- the Cloud Build deployer --------------------------------------------------------------------
 
 # Project-wide only what cannot be granted on one resource: reading Cloud Run (listing the services

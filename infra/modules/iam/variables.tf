@@ -34,6 +34,7 @@ variable "resources" {
     spool_bucket         = string
     payload_bucket       = string
     build_source_bucket  = string
+    db_admin_secret      = string
     webhook_secrets      = optional(set(string), [])
     source_subscriptions = optional(set(string), [])
     artifact_registry = object({

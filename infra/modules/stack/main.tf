@@ -62,6 +62,9 @@ locals {
 
   # The migration job's pool: one upgrade at a time, on one connection plus one spare.
   migrate_connections = 2
+  # The built-in user the migration job grants schema access with, and the secret of its password.
+  db_admin_user   = "${var.name_prefix}-admin"
+  db_admin_secret = "${var.name_prefix}-db-admin-password"
 
   command_topic_prefix = "${var.name_prefix}-commands-"
   kv_collection        = "${var.name_prefix}-kv"
@@ -333,6 +336,7 @@ module "iam" {
     spool_bucket         = module.spool_bucket.name
     payload_bucket       = module.payload_bucket.name
     build_source_bucket  = module.build_source_bucket.name
+    db_admin_secret      = local.db_admin_secret
     webhook_secrets      = var.webhook_secrets
     source_subscriptions = toset([for s in values(var.runtime_subscriptions) : s.source_subscription if s.source_subscription != null])
     artifact_registry = {
@@ -342,7 +346,7 @@ module "iam" {
   }
 
   # The secret grants name the secrets by id (known at plan), so they wait for the secrets here.
-  depends_on = [google_project_service.this, google_secret_manager_secret.webhook]
+  depends_on = [google_project_service.this, google_secret_manager_secret.webhook, google_secret_manager_secret.db_admin_password]
 }
 
 module "pubsub" {
@@ -424,6 +428,32 @@ module "build_source_bucket" {
   depends_on = [google_project_service.this]
 }
 
+# The admin user's password: generated in memory at apply, written to the Cloud SQL user and to a
+# Secret Manager version through write-only arguments, so it is in neither the plan nor the state.
+# The migration job reads it from the secret (NOETL_DB_ADMIN_PASSWORD).
+ephemeral "random_password" "db_admin" {
+  length  = 32
+  special = false
+}
+
+resource "google_secret_manager_secret" "db_admin_password" {
+  project   = var.project_id
+  secret_id = local.db_admin_secret
+  labels    = var.labels
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [google_project_service.this]
+}
+
+resource "google_secret_manager_secret_version" "db_admin_password" {
+  secret                 = google_secret_manager_secret.db_admin_password.id
+  secret_data_wo         = ephemeral.random_password.db_admin.result
+  secret_data_wo_version = var.cloudsql.admin_password_version
+}
+
 module "cloudsql" {
   source = "../cloudsql"
 
@@ -447,6 +477,11 @@ module "cloudsql" {
     private_network = var.cloudsql.private_network
   }
   iam_service_accounts = module.iam.cloudsql_accounts
+  admin = {
+    name             = local.db_admin_user
+    password_version = var.cloudsql.admin_password_version
+  }
+  admin_password = ephemeral.random_password.db_admin.result
 
   depends_on = [google_project_service.this]
 }
@@ -531,9 +566,10 @@ resource "google_cloud_run_v2_job" "migrate" {
       }
 
       containers {
-        image   = var.image
-        command = ["noetl-cloud"]
-        args    = ["db", "upgrade"]
+        image = var.image
+        # The schema access a new instance needs (idempotent: noetl_cloud.dbaccess), then the upgrade.
+        command = ["/bin/sh", "-c"]
+        args    = ["python -m noetl_cloud.dbaccess && exec noetl-cloud db upgrade"]
 
         dynamic "env" {
           for_each = merge(local.common_env, local.database_env, {
@@ -542,10 +578,23 @@ resource "google_cloud_run_v2_job" "migrate" {
             # migrate_connections of the connection budget (modules/sizing).
             NOETL_DB_POOL_SIZE    = tostring(local.migrate_connections)
             NOETL_DB_MAX_OVERFLOW = "0"
+            NOETL_DB_ADMIN_USER   = module.cloudsql.admin_user
+            # The control-plane roles' IAM database users: data access to what the job creates.
+            NOETL_DB_RUNTIME_USERS = join(",", [for r in sort(tolist(local.control_plane)) : trimsuffix(module.iam.role_emails[r], ".gserviceaccount.com")])
           })
           content {
             name  = env.key
             value = env.value
+          }
+        }
+
+        env {
+          name = "NOETL_DB_ADMIN_PASSWORD"
+          value_source {
+            secret_key_ref {
+              secret  = google_secret_manager_secret.db_admin_password.secret_id
+              version = "latest"
+            }
           }
         }
       }
@@ -560,7 +609,7 @@ resource "google_cloud_run_v2_job" "migrate" {
     ]
   }
 
-  depends_on = [google_project_service.this, module.cloudsql]
+  depends_on = [google_project_service.this, module.cloudsql, google_secret_manager_secret_version.db_admin_password]
 }
 
 # The deployer updates the job's image and executes it (cloudbuild.yaml), on this job only.

@@ -160,6 +160,7 @@ variable "cloudsql" {
     deletion_protection            = optional(bool, true)
     max_connections                = optional(number, 200)
     reserved_connections           = optional(number, 10)
+    admin_password_version         = optional(number, 1)
   })
   default = {}
 }
