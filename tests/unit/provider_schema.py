@@ -37,6 +37,9 @@ class Block:
 
     arguments: dict[str, bool] = field(default_factory=dict)  # name -> required
     blocks: dict[str, tuple[bool, Block]] = field(default_factory=dict)  # name -> (required, schema)
+    # Of a resource or data source: every attribute an expression may read (arguments, blocks and
+    # computed attributes such as email, id, connection_name).
+    attributes: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -64,6 +67,11 @@ def _lib_dirs(kind: str, tf_type: str) -> list[str]:
     return [f"package/lib/{name}/index.d.ts", f"package/lib/google-{name}/index.d.ts"]
 
 
+def _snake(name: str) -> str:
+    """cdktf's property name -> Terraform's (connectionName -> connection_name)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
 def _parse_declarations(text: str) -> tuple[str, str, Block]:
     """(tfResourceType, provider version, schema) of one index.d.ts."""
     tf_type = re.search(r'static readonly tfResourceType = "(\w+)"', text)
@@ -86,6 +94,12 @@ def _parse_declarations(text: str) -> tuple[str, str, Block]:
 
     config = next(n for n, (base, _body) in interfaces.items() if base == "cdktf.TerraformMetaArguments")
     root = block(config, frozenset({config}))
+    resource_class = re.search(
+        r"export declare class \w+ extends cdktf\.Terraform(?:Resource|DataSource) \{(.*?)\n\}", text, re.DOTALL
+    )
+    assert resource_class, "no resource class"
+    getters = re.findall(r"^    get (\w+)\(\)", resource_class.group(1), re.MULTILINE)
+    root.attributes = {_snake(g) for g in getters} | set(root.arguments) | set(root.blocks)
     assert len(versions) == 1, versions
     return tf_type.group(1), versions.pop(), root
 
@@ -188,3 +202,21 @@ def check(body: dict[str, Any], schema: Block, where: str, top: bool = True) -> 
         if required and name not in present:
             problems.append(f"{where}: required block {name!r} is not set")
     return problems
+
+
+_ATTRIBUTE_REFERENCE = re.compile(r"(?<![\w.])(data\.)?(google_\w+)\.(\w+)(?:\[[^\]]*\])?\.(\w+)")
+
+
+def attribute_references(paths: list[Path]) -> list[tuple[Path, str, str, str, str]]:
+    """(file, kind, type, name, attribute) of every ``google_x.name.attr`` / ``data.google_x.name.attr``
+    an expression of the folder reads, where the folder declares ``google_x.name``."""
+    found = []
+    for folder in sorted({p.parent for p in paths}):
+        files = [p for p in paths if p.parent == folder]
+        local = {(kind, tf_type, name) for _p, kind, tf_type, name, _b in declared(files)}
+        for path in files:
+            for match in _ATTRIBUTE_REFERENCE.finditer(path.read_text()):
+                kind = "data" if match.group(1) else "resource"
+                if (kind, match.group(2), match.group(3)) in local:
+                    found.append((path, kind, match.group(2), match.group(3), match.group(4)))
+    return found

@@ -146,3 +146,23 @@ resource "google_scheduler_job" "unknown_type" {
             "google_cloud_run_v2_service.s.template: argument 'scaling' is a block, not an argument",
         ]
     )
+
+
+def test_every_attribute_an_expression_reads_exists(
+    declared: Declared, providers: dict[str, provider_schema.Provider]
+) -> None:
+    """``google_service_account.x.email``, ``data.google_project.this.number``...: a misspelt or
+    missing attribute is an error only a plan with the provider would show."""
+    provider_by_type = {(kind, t, n): provider_schema.provider_of(b) for _p, kind, t, n, b in declared}
+    references = provider_schema.attribute_references(TF_FILES)
+    assert len(references) >= 20
+    unknown = []
+    for path, kind, tf_type, name, attribute in references:
+        provider = providers[provider_by_type[(kind, tf_type, name)]]
+        schema = (provider.resources if kind == "resource" else provider.data_sources)[tf_type]
+        if attribute not in schema.attributes:
+            unknown.append(f"{path.relative_to(ROOT)}: {tf_type}.{name}.{attribute}")
+    assert unknown == []
+    # The check can fail: a misspelt attribute is not among them.
+    email = providers["google"].resources["google_service_account"].attributes
+    assert "email" in email and "emial" not in email and "unique_id" in email
