@@ -155,9 +155,7 @@ def unknown_at_plan(expression: Any, instance: Instance, _seen: frozenset[str] =
             chains += [f"{here}:{token} <- {c}" for c in unknown_at_plan(value, child, seen)]
         elif match.group("data"):
             if instance.deferred_data:
-                chains.append(
-                    f"{here}:data.{match.group('data')} (read at apply: module called with depends_on)"
-                )
+                chains.append(f"{here}:data.{match.group('data')} (read at apply: module called with depends_on)")
         elif match.group("resource"):
             chains.append(f"{here}:{token} (a managed resource)")
     return chains
