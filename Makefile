@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: install prerequisites up demo down status test test-unit lint bench clean
+.PHONY: install prerequisites up demo down status test test-unit lint lock bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check shared functions tests bench
 	$(BIN)/mypy
 	@command -v terraform >/dev/null && terraform fmt -check -recursive infra || echo "terraform not installed: skipped fmt check"
+
+## functions/requirements.lock: the image's runtime dependencies with their hashes (after changing
+## pyproject.toml's dependencies; docs/deploy.md, "The image").
+lock:
+	$(PYTHON) functions/lock_requirements.py
 
 ## Every benchmark, one after another, each against a baseline measured in the same run; writes
 ## docs/performance.md and docs/performance.png (bench/report.py).

@@ -67,6 +67,12 @@ class Settings(BaseModel):
     # Server-side prepared statements per connection (one round trip a statement instead of three);
     # off behind a transaction-mode pooler, which does not keep them.
     db_prepared_statements: bool = True
+    # The one-time database access of a new instance (noetl_cloud.dbaccess, run by the migration job
+    # before the upgrade): a built-in user of the instance with its password (Secret Manager), and the
+    # IAM database users of the runtime roles, granted data access to what the schema owner creates.
+    db_admin_user: str | None = None
+    db_admin_password: SecretStr | None = None
+    db_runtime_users: tuple[str, ...] = ()
 
     # Messaging.
     pools: tuple[str, ...] = ("shared",)
@@ -168,7 +174,7 @@ class Settings(BaseModel):
     payload_dir: str | None = None
     frame_reaper_limit: Annotated[int, Field(ge=1, le=100_000)] = 1000
 
-    @field_validator("pools", "internal_api_callers", "ingress_principals", mode="before")
+    @field_validator("pools", "internal_api_callers", "ingress_principals", "db_runtime_users", mode="before")
     @classmethod
     def _split_list(cls, value: Any) -> Any:
         if isinstance(value, str):

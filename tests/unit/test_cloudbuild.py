@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +36,11 @@ def test_steps_are_in_order_lint_build_push_migrate_deploy_smoke() -> None:
         ("push-image", "migrate-database"),
         ("migrate-database", "deploy-execute"),
         ("deploy-subscription_runtime", "smoke-test-ingress"),
-        ("smoke-test-ingress", "smoke-test-projector"),
+        ("smoke-test-ingress", "smoke-test-control-plane"),
     ]:
         assert ids.index(before) < ids.index(after)
     # No waitFor: the smoke tests run after every step before them, i.e. after every rollout.
-    assert ids[-2:] == ["smoke-test-ingress", "smoke-test-projector"]
+    assert ids[-2:] == ["smoke-test-ingress", "smoke-test-control-plane"]
     assert all("waitFor" not in _steps()[i] for i in ids[-2:])
 
 
@@ -101,21 +102,84 @@ def test_migration_runs_as_the_cloud_run_job_terraform_creates() -> None:
     assert 'gcloud run jobs execute "${_NAME_PREFIX}-migrate"' in script and "--wait" in script
     stack = (ROOT / "infra/modules/stack/main.tf").read_text()
     assert 'name                = "${var.name_prefix}-migrate"' in stack
-    assert 'args    = ["db", "upgrade"]' in stack and 'command = ["noetl-cloud"]' in stack
+    assert 'command = ["/bin/sh", "-c"]' in stack
+    assert 'args    = ["python -m noetl_cloud.dbaccess && exec noetl-cloud db upgrade"]' in stack
 
 
 def test_smoke_tests_call_the_urls_terraform_configures() -> None:
     ingress = _script(_steps()["smoke-test-ingress"])
     assert 'url="https://${_NAME_PREFIX}-ingress-${PROJECT_NUMBER}.${_REGION}.run.app"' in ingress
     assert "/healthz" in ingress and "curl --fail" in ingress
-    projector = _script(_steps()["smoke-test-projector"])
-    assert 'url="https://${_NAME_PREFIX}-projector-${PROJECT_NUMBER}.${_REGION}.run.app"' in projector
-    assert 'gcloud auth print-identity-token --audiences "$$url"' in projector
-    assert '"$$url/api/projector/status"' in projector
+    control = _script(_steps()["smoke-test-control-plane"])
+    assert 'url="https://${_NAME_PREFIX}-execute-${PROJECT_NUMBER}.${_REGION}.run.app"' in control
+    assert 'gcloud auth print-identity-token --audiences "$$url"' in control
+    assert '"$$url/api/catalog"' in control
     # The same deterministic URL form as the stack's, and the paths are routes Terraform names.
     stack = (ROOT / "infra/modules/stack/main.tf").read_text()
     assert '"https://${s.name}-${data.google_project.this.number}.${var.region}.run.app"' in stack
     assert 'health              = { role = "*", method = "GET", path = "/healthz" }' in stack
+
+
+def test_no_step_calls_a_service_that_cloud_build_cannot_reach() -> None:
+    """Cloud Build's traffic comes from outside the VPC: a service with internal-only ingress (worker,
+    projector, runtimes) is never curled; only the roles the stack opens to all traffic are."""
+    roles = _roles()
+    reachable = {r for r, sizing in roles.items() if sizing.get("ingress") == "INGRESS_TRAFFIC_ALL"}
+    assert {"ingress", "execute"} <= reachable and "projector" not in reachable
+    for step_id, step in _steps().items():
+        for role in re.findall(r"https://\$\{_NAME_PREFIX\}-([a-z-]+)-\$\{PROJECT_NUMBER\}", _script(step)):
+            assert role.replace("-", "_") in reachable, f"{step_id} calls {role}, which is internal-only"
+
+
+def _run_smoke(tmp_path: Path, services: str, catalog_status: int) -> subprocess.CompletedProcess[str]:
+    """The smoke-test-control-plane script as Cloud Build runs it, with gcloud, curl and sleep faked."""
+    script = _script(_steps()["smoke-test-control-plane"]).split("\n", 1)[1]
+    for name, value in {"${_REGION}": "test-region", "${_NAME_PREFIX}": "noetl", "${PROJECT_NUMBER}": "42"}.items():
+        script = script.replace(name, value)
+    script = script.replace("$$", "$").replace("/workspace", str(tmp_path))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fakes = {
+        "gcloud": f"""case "$*" in
+  "run services list"*) printf '{services}' ;;
+  "auth print-identity-token --audiences https://noetl-execute-42.test-region.run.app") echo tok ;;
+  *) echo "unexpected gcloud $*" >&2; exit 2 ;;
+esac""",
+        "curl": f"""echo "$*" >> {tmp_path}/curl.log
+test {catalog_status} = 200 || exit 22
+echo '{{"items": []}}'""",
+        "sleep": "exit 0",
+    }
+    for name, body in fakes.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return subprocess.run(
+        ["bash", "-c", script], env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_control_plane_smoke_test_passes_a_correct_deploy(tmp_path: Path) -> None:
+    ready = "noetl-execute\\trev-2\\trev-2\\nnoetl-worker-shared\\trev-5\\trev-5\\n"
+    done = _run_smoke(tmp_path, ready, 200)
+    assert done.returncode == 0, done.stderr
+    assert "execute: catalog read" in done.stdout
+    calls = (tmp_path / "curl.log").read_text()
+    assert "Authorization: Bearer tok" in calls and "https://noetl-execute-42.test-region.run.app/api/catalog" in calls
+
+
+def test_the_control_plane_smoke_test_fails_a_revision_that_is_not_ready_or_a_dead_api(tmp_path: Path) -> None:
+    stale = "noetl-execute\\trev-2\\trev-2\\nnoetl-projector\\trev-3\\trev-2\\n"
+    (tmp_path / "stale").mkdir()
+    done = _run_smoke(tmp_path / "stale", stale, 200)
+    assert done.returncode == 1
+    assert "noetl-projector: revision rev-3 is not ready" in done.stderr
+    (tmp_path / "down").mkdir()
+    down = _run_smoke(tmp_path / "down", "noetl-execute\\trev-2\\trev-2\\n", 503)
+    assert down.returncode == 1 and "execute did not answer" in down.stderr
+    assert len((tmp_path / "down" / "curl.log").read_text().splitlines()) == 6  # every attempt made
+    (tmp_path / "none").mkdir()
+    none = _run_smoke(tmp_path / "none", "", 200)  # no service found: not green
+    assert none.returncode == 1 and "no service labelled noetl-stack=noetl" in none.stderr
 
 
 def test_substitutions_and_no_project_ids() -> None:

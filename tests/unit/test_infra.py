@@ -7,7 +7,6 @@ in ``functions/`` must be in it.
 from __future__ import annotations
 
 import re
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import hcl2
 import pytest
 
 from noetl_cloud.settings import Settings
+from tests.unit import terraform_support
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -28,25 +28,7 @@ REGION = re.compile(
 )
 
 
-def _clean(value: Any) -> Any:
-    """python-hcl2 keeps the quotes of labels and string literals; drop them (``"x"`` -> ``x``)."""
-    if isinstance(value, dict):
-        return {_unquote(k): _clean(v) for k, v in value.items() if k not in ("__is_block__", "__comments__")}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    if isinstance(value, str):
-        return _unquote(value)
-    return value
-
-
-def _unquote(text: str) -> str:
-    return text[1:-1] if len(text) >= 2 and text[0] == text[-1] == '"' else text
-
-
-@cache
-def _parse(path: Path) -> dict[str, Any]:
-    with path.open() as handle:
-        return _clean(hcl2.load(handle))
+_parse = terraform_support.parse
 
 
 def _blocks(path: Path, kind: str) -> list[tuple[str, dict[str, Any]]]:
@@ -114,6 +96,11 @@ def test_every_versions_tf_pins_the_google_provider() -> None:
     roots = {p.parent for p in TF_FILES}
     for folder in roots:
         versions = _parse(folder / "versions.tf")["terraform"][0]
+        if folder == MODULES / "sizing":
+            # Arithmetic only: no provider, so tests/unit/test_sizing.py can init and apply it offline.
+            assert "required_providers" not in versions and versions["required_version"]
+            assert not any(_parse(p).get(k) for p in folder.glob("*.tf") for k in ("resource", "data"))
+            continue
         google = versions["required_providers"][0]["google"]
         assert google["source"] == "hashicorp/google"
         assert re.fullmatch(r">= 6\.\d+, < 7\.0", google["version"]), google["version"]
@@ -371,7 +358,18 @@ def test_secrets_reach_services_only_through_secret_manager_references() -> None
     secret_env = next(d["env"] for d in envs if "value_source" in str(d))
     assert "secret_key_ref" in str(secret_env)
     text = "\n".join(p.read_text() for p in TF_FILES)
-    assert "google_secret_manager_secret_version" not in text, "secret values never pass through Terraform"
+    # The one secret version Terraform writes (the Cloud SQL admin password) goes through write-only
+    # arguments from an ephemeral value: it is in neither the plan nor the state.
+    versions = [
+        (path, body) for path, rtype, _n, body in _all_resources() if rtype == "google_secret_manager_secret_version"
+    ]
+    assert [b["secret_data_wo"] for _p, b in versions] == ["${ephemeral.random_password.db_admin.result}"]
+    assert "secret_data" not in versions[0][1] and "secret_data =" not in text
+    users = [body for _p, rtype, _n, body in _all_resources() if rtype == "google_sql_user"]
+    assert [u.get("password_wo") for u in users if "password_wo" in u] == ["${var.admin_password}"]
+    assert not any("password" in u for u in users)
+    admin_password = dict(_blocks(MODULES / "cloudsql" / "variables.tf", "variable"))["admin_password"]
+    assert admin_password["ephemeral"] is True and admin_password["sensitive"] is True
     assert not re.search(r"NOETL_(INTERNAL_API_TOKEN|DB_PASSWORD)\s*=", text)
 
 
@@ -412,3 +410,224 @@ def test_tfvars_examples_give_every_required_value() -> None:
         assert example["runtime_subscriptions"] and example["pools"]
         runtime = example["roles"]["subscription_runtime"]
         assert runtime["min_instances"] >= 1 and runtime["cpu_idle"] is False
+
+
+# -- a first plan over an empty project ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_every_for_each_and_count_is_known_at_plan(env: str) -> None:
+    """No for_each/count of any module instance reaches an attribute of a created resource (an email,
+    an id), which Terraform knows only after apply: "Invalid for_each argument" on a fresh project."""
+    root = INFRA / "environments" / env
+    assert len(terraform_support.instances(root)) >= 10  # the stack and every module below it were walked
+    assert terraform_support.plan_unknown_uses(root) == []
+
+
+def _write_tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path / "env"
+
+
+_ACCOUNTS_MODULE = """
+resource "google_service_account" "role" {
+  for_each   = var.roles
+  account_id = each.key
+}
+variable "roles" {
+  type = set(string)
+}
+variable "project_id" {
+  type = string
+}
+output "created_emails" {
+  value = { for r, sa in google_service_account.role : r => sa.email }
+}
+output "built_emails" {
+  value      = { for r in var.roles : r => "${r}@${var.project_id}.iam.gserviceaccount.com" }
+  depends_on = [google_service_account.role]
+}
+"""
+
+
+def test_the_plan_known_check_finds_a_for_each_over_emails_read_back_from_created_accounts(tmp_path: Path) -> None:
+    root = _write_tree(
+        tmp_path,
+        {
+            "accounts/main.tf": _ACCOUNTS_MODULE,
+            "users/main.tf": """
+variable "emails" {
+  type = set(string)
+}
+resource "google_sql_user" "iam" {
+  for_each = var.emails
+  name     = each.value
+}
+""",
+            "env/main.tf": """
+module "accounts" {
+  source     = "../accounts"
+  roles      = ["execute", "frames"]
+  project_id = "p"
+}
+module "users" {
+  source = "../users"
+  emails = toset(values(module.accounts.created_emails))
+}
+""",
+        },
+    )
+    problems = terraform_support.plan_unknown_uses(root)
+    assert len(problems) == 1
+    assert "google_sql_user.iam (for_each)" in problems[0] and "google_service_account.role" in problems[0]
+    # The same users keyed by emails built from the account ids (what modules/iam does) pass.
+    text = (root / "main.tf").read_text().replace("created_emails", "built_emails")
+    (root / "main.tf").write_text(text)
+    terraform_support.parse.cache_clear()
+    terraform_support.folder.cache_clear()
+    assert terraform_support.plan_unknown_uses(root) == []
+
+
+def test_the_plan_known_check_finds_object_fields_locals_and_deferred_data_sources(tmp_path: Path) -> None:
+    root = _write_tree(
+        tmp_path,
+        {
+            "grants/main.tf": """
+variable "resources" {
+  type = object({ topics = map(string), bucket = string })
+}
+data "google_project" "this" {
+  project_id = "p"
+}
+locals {
+  agent_count = data.google_project.this.number > 0 ? 1 : 0
+}
+resource "google_pubsub_topic_iam_member" "publisher" {
+  for_each = var.resources.topics
+  topic    = each.value
+}
+resource "google_storage_bucket_iam_member" "agent" {
+  count  = local.agent_count
+  bucket = var.resources.bucket
+}
+""",
+            "env/main.tf": """
+resource "google_pubsub_topic" "t" {
+  name = "t"
+}
+resource "google_storage_bucket" "b" {
+  name = "b"
+}
+module "grants" {
+  source     = "../grants"
+  resources  = {
+    topics = { t = google_pubsub_topic.t.name }
+    bucket = google_storage_bucket.b.name
+  }
+  depends_on = [google_storage_bucket.b]
+}
+""",
+        },
+    )
+    problems = terraform_support.plan_unknown_uses(root)
+    # The topic map reaches a created topic; the bucket field (only a value) is not reported; the data
+    # source is read at apply because the module waits on a resource.
+    assert any("publisher (for_each)" in p and "google_pubsub_topic.t" in p for p in problems), problems
+    assert any("agent (count)" in p and "data.google_project.this" in p for p in problems), problems
+    assert not any("google_storage_bucket.b" in p for p in problems), problems
+    assert len(problems) == 2
+
+
+# -- Firestore: what kv/firestore.py relies on -----------------------------------------------------
+
+
+def test_the_kv_collection_has_a_ttl_on_expires_at_and_no_index_on_fields_never_queried() -> None:
+    res = {(t, n): b for t, n, b in _resources(MODULES / "firestore" / "main.tf")}
+    ttl = res[("google_firestore_field", "ttl")]
+    assert ttl["field"] == "expires_at" and ttl["ttl_config"] == [{}]
+    assert ttl["collection"] == "${var.kv_collection}" and ttl["database"] == "${google_firestore_database.this.name}"
+    exempt = res[("google_firestore_field", "not_indexed")]
+    assert exempt["for_each"] == '${toset(["value_json", "key", "updated_at"])}'
+    assert exempt["collection"] == "${var.kv_collection}"
+    # index_config {} with no indexes is the exemption; the TTL field is exempted as well.
+    assert exempt["index_config"] == [{}] and ttl["index_config"] == [{}]
+    # The adapter writes exactly these fields, and its documents are only ever read by id.
+    adapter = (ROOT / "shared" / "noetl_cloud" / "kv" / "firestore.py").read_text()
+    for name in ("expires_at", "value_json", "key", "updated_at"):
+        assert f'"{name}":' in adapter, name
+    assert ".where(" not in adapter and ".order_by(" not in adapter
+    # One collection name, from the stack, in the module and in every Firestore user's settings.
+    stack = terraform_support.folder(STACK.resolve())
+    assert stack.modules["firestore"]["kv_collection"] == "${local.kv_collection}"
+    assert stack.locals["spool_env"]["NOETL_KV_COLLECTION"] == "${local.kv_collection}"
+    for role in ("ingress", "spool_drainer", "subscription_runtime"):
+        assert "local.spool_env" in stack.locals["role_env"][role]
+    variables = dict(_blocks(MODULES / "firestore" / "variables.tf", "variable"))
+    assert variables["kv_collection"]["default"] == Settings.model_fields["kv_collection"].default
+
+
+def test_the_deployer_reads_only_the_build_source_bucket() -> None:
+    res = {(t, n): b for t, n, b in _resources(MODULES / "iam" / "main.tf")}
+    reader = res[("google_storage_bucket_iam_member", "deployer_source_reader")]
+    assert reader["bucket"] == "${var.resources.build_source_bucket}"
+    assert reader["role"] == "roles/storage.objectViewer"
+    assert "deployer" in reader["member"]
+    # Every storage grant names one bucket: none is project-wide.
+    for path, rtype, name, body in _all_resources():
+        if "roles/storage." in str(body):
+            assert rtype == "google_storage_bucket_iam_member", f"{path}: {rtype}.{name}"
+    stack = terraform_support.folder(STACK.resolve())
+    assert stack.modules["iam"]["resources"]["build_source_bucket"] == "${module.build_source_bucket.name}"
+    assert stack.modules["build_source_bucket"]["source"] == "../spool_bucket"
+    # The documented submit stages the source in that bucket (not the project's default _cloudbuild one).
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    assert "--gcs-source-staging-dir" in docs and "build_source_staging_dir" in docs
+
+
+def test_the_deployer_changes_only_the_services_and_the_job_of_the_stack() -> None:
+    """Project-wide the deployer reads Cloud Run and writes logs; run.developer is granted per service
+    (modules/cloud_run_service) and on the migration job, never on the project."""
+    res = {(t, n): b for t, n, b in _resources(MODULES / "iam" / "main.tf")}
+    assert res[("google_project_iam_member", "deployer")]["for_each"] == (
+        '${toset(["roles/run.viewer", "roles/logging.logWriter"])}'
+    )
+    for path, rtype, name, body in _all_resources():
+        if rtype == "google_project_iam_member":
+            text = str(body.get("role")) + str(body.get("for_each"))
+            assert "run.developer" not in text and "run.admin" not in text, f"{path}: {name}"
+    crs = {(t, n): b for t, n, b in _resources(MODULES / "cloud_run_service" / "main.tf")}
+    developer = crs[("google_cloud_run_v2_service_iam_member", "developer")]
+    assert developer["role"] == "roles/run.developer" and developer["for_each"] == "${var.developers}"
+    assert developer["name"] == "${google_cloud_run_v2_service.this.name}"
+    service = _module_calls(STACK / "main.tf")["service"]
+    assert service["developers"] == ["serviceAccount:${module.iam.deployer_email}"]
+    job = {(t, n): b for t, n, b in _resources(STACK / "main.tf")}[("google_cloud_run_v2_job_iam_member", "deployer")]
+    assert job["name"] == "${google_cloud_run_v2_job.migrate.name}" and job["role"] == "roles/run.developer"
+
+
+def test_the_migration_job_grants_schema_access_before_it_upgrades() -> None:
+    """No person runs SQL on a new instance: the job runs noetl_cloud.dbaccess (as the built-in admin
+    user, its password from Secret Manager, then as the schema owner) and then the upgrade."""
+    stack = {(t, n): b for t, n, b in _resources(STACK / "main.tf")}
+    container = stack[("google_cloud_run_v2_job", "migrate")]["template"][0]["template"][0]["containers"][0]
+    assert container["args"] == ["python -m noetl_cloud.dbaccess && exec noetl-cloud db upgrade"]
+    env = next(d["env"] for d in container["dynamic"] if "env" in d)["for_each"]
+    for name in ("NOETL_DB_ADMIN_USER", "NOETL_DB_RUNTIME_USERS", "NOETL_DB_USER"):
+        assert name in env
+    assert "local.control_plane" in env
+    secret = container["env"][0]
+    assert secret["name"] == "NOETL_DB_ADMIN_PASSWORD"
+    ref = secret["value_source"][0]["secret_key_ref"][0]
+    assert ref["secret"] == "${google_secret_manager_secret.db_admin_password.secret_id}"
+    known = {Settings.env_name(f) for f in Settings.model_fields}
+    assert {"NOETL_DB_ADMIN_USER", "NOETL_DB_ADMIN_PASSWORD", "NOETL_DB_RUNTIME_USERS"} <= known
+    # Only the migration job's account reads that secret.
+    readers = [
+        body
+        for _p, rtype, _n, body in _all_resources()
+        if rtype == "google_secret_manager_secret_iam_member" and "db_admin_secret" in str(body.get("secret_id"))
+    ]
+    assert len(readers) == 1 and readers[0]["member"] == "serviceAccount:${local.emails.migrate}"
+    assert (ROOT / "shared" / "noetl_cloud" / "dbaccess.py").is_file()

@@ -30,6 +30,8 @@ variable "roles" {
     memory          = optional(string, "512Mi")
     cpu_idle        = optional(bool, true)
     ingress         = optional(string, "INGRESS_TRAFFIC_INTERNAL_ONLY")
+    db_pool_size    = optional(number, 5)
+    db_max_overflow = optional(number, 2)
     env             = optional(map(string), {})
     secret_env = optional(map(object({
       secret  = string

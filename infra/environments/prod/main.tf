@@ -8,6 +8,16 @@ provider "google" {
   }
 }
 
+provider "google-beta" {
+  project = var.project_id
+  region  = var.region
+
+  default_labels = {
+    app         = "noetl"
+    environment = "prod"
+  }
+}
+
 module "noetl" {
   source = "../../modules/stack"
 

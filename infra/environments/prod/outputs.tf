@@ -18,6 +18,11 @@ output "image_repository" {
   value       = module.noetl.image_repository
 }
 
+output "build_source_staging_dir" {
+  description = "The --gcs-source-staging-dir of gcloud builds submit."
+  value       = module.noetl.build_source_staging_dir
+}
+
 output "cloudbuild_substitutions" {
   description = "The --substitutions of gcloud builds submit."
   value       = module.noetl.cloudbuild_substitutions
@@ -26,4 +31,9 @@ output "cloudbuild_substitutions" {
 output "cloudsql_connection_name" {
   description = "NOETL_CLOUDSQL_INSTANCE."
   value       = module.noetl.cloudsql_connection_name
+}
+
+output "sizing" {
+  description = "Threads, ack and attempt deadlines and the Cloud SQL connection budget derived from the roles map (docs/deploy.md, Sizing)."
+  value       = module.noetl.sizing
 }

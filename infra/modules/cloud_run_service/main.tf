@@ -113,6 +113,17 @@ resource "google_cloud_run_v2_service_iam_member" "invoker" {
   member   = each.value
 }
 
+# Who may roll out revisions of this service (the Cloud Build deployer): run.developer here, not on the project.
+resource "google_cloud_run_v2_service_iam_member" "developer" {
+  for_each = var.developers
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_service.this.name
+  role     = "roles/run.developer"
+  member   = each.value
+}
+
 resource "google_cloud_run_v2_service_iam_member" "public" {
   count = var.allow_unauthenticated ? 1 : 0
 

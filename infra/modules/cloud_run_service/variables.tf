@@ -130,6 +130,12 @@ variable "invokers" {
   default     = []
 }
 
+variable "developers" {
+  description = "IAM members granted run.developer on this service only (the deployer, which rolls out new images)."
+  type        = set(string)
+  default     = []
+}
+
 variable "vpc_access" {
   description = "Direct VPC egress (needed to reach a private-IP Cloud SQL instance); null = none."
   type = object({

@@ -64,7 +64,8 @@ resource "google_sql_database" "noetl" {
 }
 
 # IAM database authentication: the user name of a service account is its email without
-# ".gserviceaccount.com"; the Cloud SQL connector logs in with a short-lived OAuth token.
+# ".gserviceaccount.com"; the Cloud SQL connector logs in with a short-lived OAuth token. Keyed by
+# role (google_sql_user.iam["execute"]): the keys are known at plan.
 resource "google_sql_user" "iam" {
   for_each = var.iam_service_accounts
 
@@ -72,4 +73,17 @@ resource "google_sql_user" "iam" {
   instance = google_sql_database_instance.this.name
   name     = trimsuffix(each.value, ".gserviceaccount.com")
   type     = "CLOUD_IAM_SERVICE_ACCOUNT"
+}
+
+# A built-in user (a member of cloudsqlsuperuser) for the one thing IAM users cannot do for
+# themselves: let the schema owner create in the public schema and the runtime roles use it
+# (noetl_cloud.dbaccess, run by the migration job). Its password is write-only: Terraform sends it
+# to the API and keeps neither it nor a hash in the state; a new password_version sends a new one.
+resource "google_sql_user" "admin" {
+  project             = var.project_id
+  instance            = google_sql_database_instance.this.name
+  name                = var.admin.name
+  type                = "BUILT_IN"
+  password_wo         = var.admin_password
+  password_wo_version = var.admin.password_version
 }

@@ -22,3 +22,8 @@ output "ip_type" {
   description = "NOETL_CLOUDSQL_IP_TYPE that matches the connectivity of the instance."
   value       = var.network.private_network == null ? "public" : "private"
 }
+
+output "admin_user" {
+  description = "Name of the built-in admin user (NOETL_DB_ADMIN_USER of the migration job)."
+  value       = google_sql_user.admin.name
+}

@@ -79,9 +79,9 @@ variable "backup" {
 }
 
 variable "iam_service_accounts" {
-  description = "Service account emails that become IAM database users (NOETL_DB_IAM_AUTH=true): the control-plane roles and the migration job."
-  type        = set(string)
-  default     = []
+  description = "Service account emails that become IAM database users (NOETL_DB_IAM_AUTH=true), keyed by a name known at plan (the role: the control-plane roles and migrate). The keys, not the emails, key the users, so a first plan does not wait on the accounts."
+  type        = map(string)
+  default     = {}
 }
 
 variable "deletion_protection" {
@@ -103,4 +103,19 @@ variable "labels" {
   description = "User labels of the instance."
   type        = map(string)
   default     = {}
+}
+
+variable "admin" {
+  description = "The built-in admin user the migration job grants schema access with (noetl_cloud.dbaccess): its name, and the version of its password (raise it to rotate)."
+  type = object({
+    name             = string
+    password_version = optional(number, 1)
+  })
+}
+
+variable "admin_password" {
+  description = "The admin user's password: an ephemeral value (never stored in the state), sent when password_version changes."
+  type        = string
+  ephemeral   = true
+  sensitive   = true
 }

@@ -25,3 +25,14 @@ variable "delete_protection" {
   type        = bool
   default     = true
 }
+
+variable "kv_collection" {
+  description = "Collection of the key-value store's documents (NOETL_KV_COLLECTION): the TTL policy and index exemptions are declared on it."
+  type        = string
+  default     = "noetl-kv"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_-]{1,100}$", var.kv_collection))
+    error_message = "kv_collection is 1-100 letters, digits, dashes or underscores (the kv_collection setting)."
+  }
+}

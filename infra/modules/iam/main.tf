@@ -1,7 +1,3 @@
-data "google_project" "this" {
-  project_id = var.project_id
-}
-
 locals {
   # Who holds what (docs/deploy.md explains each grant). Filtered to the roles deployed.
   control_plane   = setintersection(var.roles, ["execute", "frames", "projector"])
@@ -12,9 +8,25 @@ locals {
   secret_readers  = setintersection(var.roles, ["execute"])
   source_pullers  = setintersection(var.roles, ["subscription_runtime"])
 
-  role_members = { for r in var.roles : r => "serviceAccount:${google_service_account.role[r].email}" }
-  push_member  = "serviceAccount:${google_service_account.push.email}"
-  sched_member = "serviceAccount:${google_service_account.scheduler.email}"
+  # Every identity's email is built from its account id and the project, not read back from the
+  # created account: Terraform knows it at plan, so the for_each of every grant (and of the Cloud SQL
+  # users and the Cloud Run invokers, keyed by these) is known on a first plan over an empty project
+  # (tests/unit/test_infra.py, the plan-known check). Grants that name an account this way declare
+  # depends_on the account, so they are made after it.
+  account_ids = merge(
+    { for r in var.roles : r => "${var.name_prefix}-${replace(r, "_", "-")}" },
+    {
+      push      = "${var.name_prefix}-pubsub-push"
+      scheduler = "${var.name_prefix}-scheduler"
+      migrate   = "${var.name_prefix}-migrate"
+      deployer  = "${var.name_prefix}-deployer"
+    },
+  )
+  emails = { for k, id in local.account_ids : k => "${id}@${var.project_id}.iam.gserviceaccount.com" }
+
+  role_members = { for r in var.roles : r => "serviceAccount:${local.emails[r]}" }
+  push_member  = "serviceAccount:${local.emails.push}"
+  sched_member = "serviceAccount:${local.emails.scheduler}"
 
   # The callers of each role, as IAM members: run.invoker on its services, and (as emails) the
   # allowlist its app checks ID tokens against (NOETL_INTERNAL_API_CALLERS). ingress is public
@@ -37,16 +49,19 @@ locals {
   }
 
   # The ID-token allowlist of each role's internal API (/api/*, /drain): its callers less the push
-  # identity, whose tokens only the push endpoints (POST /) accept. The projector's API also admits
-  # the deployer, which Cloud Build uses to smoke-test it after a rollout.
+  # identity, whose tokens only the push endpoints (POST /) accept. execute's API also admits the
+  # deployer, which Cloud Build uses to smoke-test the control plane and its database after a rollout
+  # (execute accepts traffic from outside the VPC; the projector is internal-only, which Cloud
+  # Build's traffic is not). The deployer can already run any image as execute's account, so this
+  # gives it nothing new.
   api_callers = {
-    execute       = [for m in local.callers.execute : split(":", m)[1]]
+    execute = concat(
+      [local.emails.deployer],
+      [for m in local.callers.execute : split(":", m)[1]],
+    )
     frames        = [for m in local.callers.frames : split(":", m)[1]]
     spool_drainer = [for m in local.callers.spool_drainer : split(":", m)[1]]
-    projector = concat(
-      [google_service_account.deployer.email],
-      [for m in local.callers.projector : split(":", m)[1] if m != local.push_member],
-    )
+    projector     = [for m in local.callers.projector : split(":", m)[1] if m != local.push_member]
   }
 
   cloudsql_condition = {
@@ -60,12 +75,12 @@ locals {
 
   cloudsql_members = merge(
     { for r in local.control_plane : r => local.role_members[r] },
-    { migrate = "serviceAccount:${google_service_account.migrate.email}" },
+    { migrate = "serviceAccount:${local.emails.migrate}" },
   )
-  runtime_accounts = merge(
-    { for r in var.roles : r => google_service_account.role[r].name },
-    { migrate = google_service_account.migrate.name },
-  )
+  # The accounts whose revisions the deployer rolls out (actAs), as service account resource names.
+  runtime_accounts = {
+    for k in concat(tolist(var.roles), ["migrate"]) : k => "projects/${var.project_id}/serviceAccounts/${local.emails[k]}"
+  }
 }
 
 # -- identities ------------------------------------------------------------------------------------
@@ -74,35 +89,35 @@ resource "google_service_account" "role" {
   for_each = var.roles
 
   project      = var.project_id
-  account_id   = "${var.name_prefix}-${replace(each.key, "_", "-")}"
+  account_id   = local.account_ids[each.key]
   display_name = "NoETL ${each.key}"
   description  = "Runtime identity of the NoETL ${each.key} Cloud Run service."
 }
 
 resource "google_service_account" "push" {
   project      = var.project_id
-  account_id   = "${var.name_prefix}-pubsub-push"
+  account_id   = local.account_ids.push
   display_name = "NoETL Pub/Sub push"
   description  = "OIDC identity of the Pub/Sub push subscriptions; may invoke only worker and projector."
 }
 
 resource "google_service_account" "scheduler" {
   project      = var.project_id
-  account_id   = "${var.name_prefix}-scheduler"
+  account_id   = local.account_ids.scheduler
   display_name = "NoETL Cloud Scheduler"
   description  = "OIDC identity of the scheduled jobs (reaper, outbox sweep, drainer, scheduled subscriptions)."
 }
 
 resource "google_service_account" "migrate" {
   project      = var.project_id
-  account_id   = "${var.name_prefix}-migrate"
+  account_id   = local.account_ids.migrate
   display_name = "NoETL migrations"
   description  = "Runs noetl-cloud db upgrade as a Cloud Run job; owns the schema."
 }
 
 resource "google_service_account" "deployer" {
   project      = var.project_id
-  account_id   = "${var.name_prefix}-deployer"
+  account_id   = local.account_ids.deployer
   display_name = "NoETL Cloud Build deployer"
   description  = "Cloud Build identity: pushes the image, runs the migration job, rolls out new revisions."
 }
@@ -120,6 +135,8 @@ resource "google_project_iam_member" "cloudsql_client" {
     title      = local.cloudsql_condition.title
     expression = local.cloudsql_condition.expression
   }
+
+  depends_on = [google_service_account.role, google_service_account.migrate]
 }
 
 resource "google_project_iam_member" "cloudsql_instance_user" {
@@ -133,6 +150,8 @@ resource "google_project_iam_member" "cloudsql_instance_user" {
     title      = local.cloudsql_condition.title
     expression = local.cloudsql_condition.expression
   }
+
+  depends_on = [google_service_account.role, google_service_account.migrate]
 }
 
 # -- Firestore: coordination state (circuits, leases, replay protection) --------------------------
@@ -149,6 +168,8 @@ resource "google_project_iam_member" "datastore_user" {
     title      = local.firestore_condition.title
     expression = local.firestore_condition.expression
   }
+
+  depends_on = [google_service_account.role]
 }
 
 # -- Pub/Sub: execute publishes commands and mirrors events; the runtime pulls user sources -------
@@ -160,6 +181,8 @@ resource "google_pubsub_topic_iam_member" "command_publisher" {
   topic   = var.resources.command_topics[each.value[1]]
   role    = "roles/pubsub.publisher"
   member  = local.role_members[each.value[0]]
+
+  depends_on = [google_service_account.role]
 }
 
 resource "google_pubsub_topic_iam_member" "events_publisher" {
@@ -169,6 +192,8 @@ resource "google_pubsub_topic_iam_member" "events_publisher" {
   topic   = var.resources.events_topic
   role    = "roles/pubsub.publisher"
   member  = local.role_members[each.key]
+
+  depends_on = [google_service_account.role]
 }
 
 resource "google_pubsub_subscription_iam_member" "source_subscriber" {
@@ -178,13 +203,17 @@ resource "google_pubsub_subscription_iam_member" "source_subscriber" {
   subscription = each.value[1]
   role         = "roles/pubsub.subscriber"
   member       = local.role_members[each.value[0]]
+
+  depends_on = [google_service_account.role]
 }
 
 # Projects created before 2021-04-08: the Pub/Sub service agent mints the push OIDC tokens.
 resource "google_service_account_iam_member" "push_token_creator" {
   service_account_id = google_service_account.push.name
   role               = "roles/iam.serviceAccountTokenCreator"
-  member             = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  member             = var.pubsub_service_agent
+
+  depends_on = [google_service_account.push]
 }
 
 # -- Cloud Storage: spool and payload buckets ----------------------------------------------------
@@ -195,6 +224,8 @@ resource "google_storage_bucket_iam_member" "spool_user" {
   bucket = var.resources.spool_bucket
   role   = "roles/storage.objectUser"
   member = local.role_members[each.key]
+
+  depends_on = [google_service_account.role]
 }
 
 resource "google_storage_bucket_iam_member" "payload_writer" {
@@ -203,6 +234,8 @@ resource "google_storage_bucket_iam_member" "payload_writer" {
   bucket = var.resources.payload_bucket
   role   = "roles/storage.objectUser"
   member = local.role_members[each.key]
+
+  depends_on = [google_service_account.role]
 }
 
 # -- Secret Manager: the wallet is read by the control plane only ---------------------------------
@@ -214,17 +247,40 @@ resource "google_secret_manager_secret_iam_member" "webhook_secret_accessor" {
   secret_id = each.value[1]
   role      = "roles/secretmanager.secretAccessor"
   member    = local.role_members[each.value[0]]
+
+  depends_on = [google_service_account.role]
+}
+
+# The migration job connects once per run as the built-in admin user (noetl_cloud.dbaccess).
+resource "google_secret_manager_secret_iam_member" "migrate_db_admin" {
+  project   = var.project_id
+  secret_id = var.resources.db_admin_secret
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${local.emails.migrate}"
+
+  depends_on = [google_service_account.migrate]
 }
 
 # -- the Cloud Build deployer --------------------------------------------------------------------
 
+# Project-wide only what cannot be granted on one resource: reading Cloud Run (listing the services
+# of the stack, following operations and executions) and writing the build's logs. Changing a
+# service or the migration job is granted on each of them (run.developer: modules/cloud_run_service
+# and the stack's migrate job), never on the project.
 resource "google_project_iam_member" "deployer" {
-  for_each = toset(["roles/run.developer", "roles/logging.logWriter"])
-
+  for_each = toset(["roles/run.viewer", "roles/logging.logWriter"])
 
   project = var.project_id
   role    = each.key
   member  = "serviceAccount:${google_service_account.deployer.email}"
+}
+
+# A build run as a user-specified service account reads its uploaded source as that account
+# (gcloud builds submit --gcs-source-staging-dir gs://<this bucket>/source): read, on this bucket only.
+resource "google_storage_bucket_iam_member" "deployer_source_reader" {
+  bucket = var.resources.build_source_bucket
+  role   = "roles/storage.objectViewer"
+  member = "serviceAccount:${google_service_account.deployer.email}"
 }
 
 resource "google_artifact_registry_repository_iam_member" "deployer_writer" {
@@ -242,4 +298,6 @@ resource "google_service_account_iam_member" "deployer_act_as" {
   service_account_id = each.value
   role               = "roles/iam.serviceAccountUser"
   member             = "serviceAccount:${google_service_account.deployer.email}"
+
+  depends_on = [google_service_account.role, google_service_account.migrate]
 }

@@ -1,41 +1,49 @@
 output "role_emails" {
   description = "Service account email of each role."
-  value       = { for r, sa in google_service_account.role : r => sa.email }
+  value       = { for r in var.roles : r => local.emails[r] }
+  # Known at plan (built from the account ids); a reader of it is applied after the accounts exist.
+  depends_on = [google_service_account.role]
 }
 
 output "push_email" {
   description = "Service account of the Pub/Sub push OIDC tokens."
-  value       = google_service_account.push.email
+  value       = local.emails.push
+  depends_on  = [google_service_account.push]
 }
 
 output "scheduler_email" {
   description = "Service account of the Cloud Scheduler OIDC tokens."
-  value       = google_service_account.scheduler.email
+  value       = local.emails.scheduler
+  depends_on  = [google_service_account.scheduler]
 }
 
 output "migrate_email" {
   description = "Service account of the migration job (owner of the schema)."
-  value       = google_service_account.migrate.email
+  value       = local.emails.migrate
+  depends_on  = [google_service_account.migrate]
 }
 
 output "deployer_email" {
   description = "Service account to run Cloud Build with (gcloud builds submit --service-account)."
-  value       = google_service_account.deployer.email
+  value       = local.emails.deployer
+  depends_on  = [google_service_account.deployer]
 }
 
 output "cloudsql_accounts" {
-  description = "Emails that are IAM database users: the control-plane roles and the migration job."
-  value       = [for m in values(local.cloudsql_members) : trimprefix(m, "serviceAccount:")]
+  description = "Emails that are IAM database users, keyed by role: the control-plane roles and the migration job (migrate)."
+  value       = { for k, m in local.cloudsql_members : k => trimprefix(m, "serviceAccount:") }
+  depends_on  = [google_service_account.role, google_service_account.migrate]
 }
 
 output "invokers" {
-  description = "IAM members granted run.invoker on each role's services: the callers of the role, the scheduler on the services its jobs call, the push identity only on worker and projector, the operators on execute and projector, the deployer on projector (its post-rollout smoke test)."
+  description = "IAM members granted run.invoker on each role's services: the callers of the role, the scheduler on the services its jobs call, the push identity only on worker and projector, the operators on execute and projector, the deployer on execute (its post-rollout smoke test)."
   value = {
     for r in var.roles : r => toset(concat(
       local.callers[r],
-      r == "projector" ? ["serviceAccount:${google_service_account.deployer.email}"] : [],
+      r == "execute" ? ["serviceAccount:${local.emails.deployer}"] : [],
     ))
   }
+  depends_on = [google_service_account.role, google_service_account.push, google_service_account.scheduler, google_service_account.deployer]
 }
 
 output "api_callers" {

@@ -33,6 +33,8 @@ variable "resources" {
     events_topic         = string
     spool_bucket         = string
     payload_bucket       = string
+    build_source_bucket  = string
+    db_admin_secret      = string
     webhook_secrets      = optional(set(string), [])
     source_subscriptions = optional(set(string), [])
     artifact_registry = object({
@@ -46,4 +48,9 @@ variable "operators" {
   description = "Service accounts (serviceAccount:<email>) allowed to call the internal APIs of execute and projector: run.invoker there and in the apps' allowlists."
   type        = set(string)
   default     = []
+}
+
+variable "pubsub_service_agent" {
+  description = "The project's Pub/Sub service agent as an IAM member (it mints the push subscriptions' OIDC tokens on projects created before 2021-04-08), from google_project_service_identity."
+  type        = string
 }

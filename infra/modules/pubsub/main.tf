@@ -1,16 +1,14 @@
-data "google_project" "this" {
-  project_id = var.project_id
-}
-
 locals {
   # The Pub/Sub service agent moves undeliverable messages to the dead-letter topics.
-  pubsub_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  pubsub_agent = var.service_agent_member
 
-  # Every push subscription, keyed by the topic it reads: one per pool, and the events stream.
+  # Every push subscription, keyed by the topic it reads: one per pool, and the events stream. Built
+  # from variables only (topic names, not the topics' attributes): every for_each over it is known
+  # at plan; the subscriptions wait for the topics through depends_on.
   push = merge(
     {
       for pool, p in var.pools : "${var.command_topic_prefix}${pool}" => {
-        topic                 = google_pubsub_topic.command[pool].name
+        topic                 = "${var.command_topic_prefix}${pool}"
         push_endpoint         = p.push_endpoint
         audience              = p.audience
         ordered               = false
@@ -20,11 +18,11 @@ locals {
     },
     {
       for topic, e in { (var.events_topic) = var.events_push } : topic => {
-        topic                              = google_pubsub_topic.events.name
+        topic                              = var.events_topic
         push_endpoint                      = e.push_endpoint
         audience                           = e.audience
         ordered                            = true
-        ack_deadline_seconds               = var.delivery.ack_deadline_seconds
+        ack_deadline_seconds               = coalesce(e.ack_deadline_seconds, var.delivery.ack_deadline_seconds)
         max_delivery_attempts              = var.delivery.max_delivery_attempts
       } if e != null
     },
@@ -110,6 +108,8 @@ resource "google_pubsub_subscription" "push" {
   }
 
   depends_on = [
+    google_pubsub_topic.command,
+    google_pubsub_topic.events,
     google_pubsub_topic_iam_member.dead_letter_publisher,
   ]
 }

@@ -54,10 +54,11 @@ variable "pools" {
 }
 
 variable "events_push" {
-  description = "Push target of noetl-events (the projector): endpoint and OIDC audience; null = no projector deployed yet. Delivery is ordered by the ordering key (the execution id)."
+  description = "Push target of noetl-events (the projector): endpoint, OIDC audience and ack deadline (default: delivery's); null = no projector deployed yet. Delivery is ordered by the ordering key (the execution id)."
   type = object({
-    push_endpoint = string
-    audience      = string
+    push_endpoint        = string
+    audience             = string
+    ack_deadline_seconds = optional(number)
   })
   default = null
 }
@@ -77,4 +78,14 @@ variable "labels" {
   description = "Labels of every topic and subscription."
   type        = map(string)
   default     = {}
+}
+
+variable "service_agent_member" {
+  description = "The project's Pub/Sub service agent as an IAM member (serviceAccount:service-<number>@gcp-sa-pubsub.iam.gserviceaccount.com), from google_project_service_identity so that it exists before the dead-letter grants name it."
+  type        = string
+
+  validation {
+    condition     = can(regex("^serviceAccount:service-[0-9]+@gcp-sa-pubsub\\.iam\\.gserviceaccount\\.com$", var.service_agent_member))
+    error_message = "service_agent_member is serviceAccount:service-<project number>@gcp-sa-pubsub.iam.gserviceaccount.com."
+  }
 }

@@ -60,7 +60,14 @@ locals {
     health              = { role = "*", method = "GET", path = "/healthz" }
   }
 
+  # The migration job's pool: one upgrade at a time, on one connection plus one spare.
+  migrate_connections = 2
+  # The built-in user the migration job grants schema access with, and the secret of its password.
+  db_admin_user   = "${var.name_prefix}-admin"
+  db_admin_secret = "${var.name_prefix}-db-admin-password"
+
   command_topic_prefix = "${var.name_prefix}-commands-"
+  kv_collection        = "${var.name_prefix}-kv"
   events_topic         = "${var.name_prefix}-events"
 
   apis = toset([
@@ -95,9 +102,12 @@ locals {
     NOETL_DB_IAM_AUTH       = "true"
     NOETL_CLOUDSQL_IP_TYPE  = module.cloudsql.ip_type
   }
+  # The spool's users are the Firestore users (circuits, leases, replay protection): the collection
+  # is the one the TTL policy and index exemptions are declared on (modules/firestore).
   spool_env = {
     NOETL_SPOOL_BACKEND = "gcs"
     NOETL_SPOOL_BUCKET  = module.spool_bucket.name
+    NOETL_KV_COLLECTION = local.kv_collection
   }
 
   # What each role needs at start, by role (docs/deploy.md, "What each service is configured with").
@@ -152,6 +162,9 @@ locals {
       local.role_env[s.role],
       contains(local.control_plane, s.role) ? {
         NOETL_DB_USER = trimsuffix(module.iam.role_emails[s.role], ".gserviceaccount.com")
+        # The pool the connection budget counts (modules/sizing).
+        NOETL_DB_POOL_SIZE    = tostring(var.roles[s.role].db_pool_size)
+        NOETL_DB_MAX_OVERFLOW = tostring(var.roles[s.role].db_max_overflow)
       } : {},
       s.role == "worker" ? {
         NOETL_WORKER_POOL = s.pool
@@ -160,6 +173,8 @@ locals {
       } : {},
       s.role == "subscription_runtime" ? { NOETL_SUBSCRIPTION_PATH = s.subscription } : {},
       var.roles[s.role].env,
+      # gunicorn serves as many requests at once as Cloud Run sends (functions/entrypoint.sh).
+      contains(keys(module.sizing.gunicorn_threads), s.role) ? { GUNICORN_THREADS = tostring(module.sizing.gunicorn_threads[s.role]) } : {},
     )
   }
 
@@ -210,17 +225,20 @@ locals {
         audience    = local.url[local.routes[j.route].role]
         body        = "{}"
         time_zone   = "Etc/UTC"
+        # The attempt lasts as long as the request it makes may (modules/sizing).
+        attempt_deadline = "${module.sizing.scheduler_attempt_deadline_seconds[local.routes[j.route].role]}s"
       } if contains(local.roles, j.needs) && contains(local.roles, local.routes[j.route].role)
     },
     {
       for name, s in var.scheduled_subscriptions : "${var.name_prefix}-sched-${name}" => {
-        description = "Scheduled run of ${s.path}."
-        schedule    = s.schedule
-        uri         = "${local.url[local.routes.scheduled_execution.role]}${local.routes.scheduled_execution.path}"
-        http_method = local.routes.scheduled_execution.method
-        audience    = local.url[local.routes.scheduled_execution.role]
-        body        = jsonencode({ path = s.path, workload = jsondecode(s.workload), meta = { scheduled_by = name } })
-        time_zone   = s.time_zone
+        description      = "Scheduled run of ${s.path}."
+        schedule         = s.schedule
+        uri              = "${local.url[local.routes.scheduled_execution.role]}${local.routes.scheduled_execution.path}"
+        http_method      = local.routes.scheduled_execution.method
+        audience         = local.url[local.routes.scheduled_execution.role]
+        body             = jsonencode({ path = s.path, workload = jsondecode(s.workload), meta = { scheduled_by = name } })
+        time_zone        = s.time_zone
+        attempt_deadline = "${module.sizing.scheduler_attempt_deadline_seconds[local.routes.scheduled_execution.role]}s"
       }
     },
   )
@@ -276,21 +294,50 @@ resource "google_secret_manager_secret" "webhook" {
   depends_on = [google_project_service.this]
 }
 
+# Threads, ack deadlines, attempt deadlines and the database connection budget, from the roles map
+# and the instance (docs/deploy.md, Sizing); its output preconditions fail the plan of a mismatch.
+module "sizing" {
+  source = "../sizing"
+
+  roles = var.roles
+  database = {
+    max_connections      = var.cloudsql.max_connections
+    reserved_connections = var.cloudsql.reserved_connections
+    migrate_connections  = local.migrate_connections
+  }
+}
+
+# The Pub/Sub service agent is made by Google some time after the API is enabled; a brand-new
+# project's first apply would grant an account that does not exist yet ("Service account ...
+# does not exist"). This asks the API to create it (and waits), and the grants that name it read
+# its email from here. The resource is in the google-beta provider only.
+resource "google_project_service_identity" "pubsub" {
+  provider = google-beta
+
+  project = var.project_id
+  service = "pubsub.googleapis.com"
+
+  depends_on = [google_project_service.this]
+}
+
 module "iam" {
   source = "../iam"
 
-  project_id  = var.project_id
-  name_prefix = var.name_prefix
-  roles       = local.roles
-  operators   = var.operators
+  project_id           = var.project_id
+  pubsub_service_agent = "serviceAccount:${google_project_service_identity.pubsub.email}"
+  name_prefix          = var.name_prefix
+  roles                = local.roles
+  operators            = var.operators
   resources = {
     cloudsql_instance    = module.cloudsql.instance_name
     firestore_database   = module.firestore.name
-    command_topics       = { for pool, t in module.pubsub.command_topics : pool => t.name }
+    command_topics       = module.pubsub.command_topic_names
     events_topic         = module.pubsub.events_topic.name
     spool_bucket         = module.spool_bucket.name
     payload_bucket       = module.payload_bucket.name
-    webhook_secrets      = toset([for s in google_secret_manager_secret.webhook : s.secret_id])
+    build_source_bucket  = module.build_source_bucket.name
+    db_admin_secret      = local.db_admin_secret
+    webhook_secrets      = var.webhook_secrets
     source_subscriptions = toset([for s in values(var.runtime_subscriptions) : s.source_subscription if s.source_subscription != null])
     artifact_registry = {
       location   = google_artifact_registry_repository.images.location
@@ -298,7 +345,8 @@ module "iam" {
     }
   }
 
-  depends_on = [google_project_service.this]
+  # The secret grants name the secrets by id (known at plan), so they wait for the secrets here.
+  depends_on = [google_project_service.this, google_secret_manager_secret.webhook, google_secret_manager_secret.db_admin_password]
 }
 
 module "pubsub" {
@@ -314,13 +362,17 @@ module "pubsub" {
     for p in var.pools : p => {
       push_endpoint = try("${local.service_url["worker-${p}"]}${local.routes.worker_push.path}", null)
       audience      = try(local.service_url["worker-${p}"], null)
+      # A command runs inside the push request: Pub/Sub waits as long as the worker may run it.
+      ack_deadline_seconds = try(module.sizing.push_ack_deadline_seconds["worker"], null)
     }
   }
   events_push = contains(local.roles, local.routes.projector_push.role) ? {
-    push_endpoint = "${try(local.url[local.routes.projector_push.role], "")}${local.routes.projector_push.path}"
-    audience      = try(local.url[local.routes.projector_push.role], "")
+    push_endpoint        = "${try(local.url[local.routes.projector_push.role], "")}${local.routes.projector_push.path}"
+    audience             = try(local.url[local.routes.projector_push.role], "")
+    ack_deadline_seconds = module.sizing.push_ack_deadline_seconds[local.routes.projector_push.role]
   } : null
   push_service_account_email = module.iam.push_email
+  service_agent_member       = "serviceAccount:${google_project_service_identity.pubsub.email}"
 
   depends_on = [google_project_service.this]
 }
@@ -358,6 +410,50 @@ module "payload_bucket" {
   depends_on = [google_project_service.this]
 }
 
+# Where gcloud builds submit uploads the source (--gcs-source-staging-dir): a bucket of the stack, so
+# the deployer (a user-specified build service account) is granted read on this bucket alone.
+module "build_source_bucket" {
+  source = "../spool_bucket"
+
+  project_id    = var.project_id
+  name          = "${var.name_prefix}-build-source-${var.project_id}"
+  location      = var.region
+  force_destroy = true
+  labels        = var.labels
+  lifecycle_policy = {
+    dead_letter_age_days = 1
+    delete_after_days    = var.buckets.build_source_delete_days
+  }
+
+  depends_on = [google_project_service.this]
+}
+
+# The admin user's password: generated in memory at apply, written to the Cloud SQL user and to a
+# Secret Manager version through write-only arguments, so it is in neither the plan nor the state.
+# The migration job reads it from the secret (NOETL_DB_ADMIN_PASSWORD).
+ephemeral "random_password" "db_admin" {
+  length  = 32
+  special = false
+}
+
+resource "google_secret_manager_secret" "db_admin_password" {
+  project   = var.project_id
+  secret_id = local.db_admin_secret
+  labels    = var.labels
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [google_project_service.this]
+}
+
+resource "google_secret_manager_secret_version" "db_admin_password" {
+  secret                 = google_secret_manager_secret.db_admin_password.id
+  secret_data_wo         = ephemeral.random_password.db_admin.result
+  secret_data_wo_version = var.cloudsql.admin_password_version
+}
+
 module "cloudsql" {
   source = "../cloudsql"
 
@@ -370,6 +466,7 @@ module "cloudsql" {
     tier              = var.cloudsql.tier
     availability_type = var.cloudsql.availability_type
     disk_size_gb      = var.cloudsql.disk_size_gb
+    max_connections   = var.cloudsql.max_connections
   }
   backup = {
     retained_backups               = var.cloudsql.retained_backups
@@ -379,7 +476,12 @@ module "cloudsql" {
   network = {
     private_network = var.cloudsql.private_network
   }
-  iam_service_accounts = toset(module.iam.cloudsql_accounts)
+  iam_service_accounts = module.iam.cloudsql_accounts
+  admin = {
+    name             = local.db_admin_user
+    password_version = var.cloudsql.admin_password_version
+  }
+  admin_password = ephemeral.random_password.db_admin.result
 
   depends_on = [google_project_service.this]
 }
@@ -390,6 +492,7 @@ module "firestore" {
   project_id        = var.project_id
   location_id       = var.firestore_location
   delete_protection = var.deletion_protection
+  kv_collection     = local.kv_collection
 
   depends_on = [google_project_service.this]
 }
@@ -410,6 +513,7 @@ module "service" {
   ingress               = var.roles[each.value.role].ingress
   allow_unauthenticated = each.value.role == "ingress"
   invokers              = module.iam.invokers[each.value.role]
+  developers            = ["serviceAccount:${module.iam.deployer_email}"]
   vpc_access            = contains(local.control_plane, each.value.role) ? var.vpc_access : null
   deletion_protection   = var.deletion_protection
   labels                = var.labels
@@ -462,18 +566,35 @@ resource "google_cloud_run_v2_job" "migrate" {
       }
 
       containers {
-        image   = var.image
-        command = ["noetl-cloud"]
-        args    = ["db", "upgrade"]
+        image = var.image
+        # The schema access a new instance needs (idempotent: noetl_cloud.dbaccess), then the upgrade.
+        command = ["/bin/sh", "-c"]
+        args    = ["python -m noetl_cloud.dbaccess && exec noetl-cloud db upgrade"]
 
         dynamic "env" {
           for_each = merge(local.common_env, local.database_env, {
             NOETL_ROLE    = "migrate"
             NOETL_DB_USER = trimsuffix(module.iam.migrate_email, ".gserviceaccount.com")
+            # migrate_connections of the connection budget (modules/sizing).
+            NOETL_DB_POOL_SIZE    = tostring(local.migrate_connections)
+            NOETL_DB_MAX_OVERFLOW = "0"
+            NOETL_DB_ADMIN_USER   = module.cloudsql.admin_user
+            # The control-plane roles' IAM database users: data access to what the job creates.
+            NOETL_DB_RUNTIME_USERS = join(",", [for r in sort(tolist(local.control_plane)) : trimsuffix(module.iam.role_emails[r], ".gserviceaccount.com")])
           })
           content {
             name  = env.key
             value = env.value
+          }
+        }
+
+        env {
+          name = "NOETL_DB_ADMIN_PASSWORD"
+          value_source {
+            secret_key_ref {
+              secret  = google_secret_manager_secret.db_admin_password.secret_id
+              version = "latest"
+            }
           }
         }
       }
@@ -488,7 +609,16 @@ resource "google_cloud_run_v2_job" "migrate" {
     ]
   }
 
-  depends_on = [google_project_service.this, module.cloudsql]
+  depends_on = [google_project_service.this, module.cloudsql, google_secret_manager_secret_version.db_admin_password]
+}
+
+# The deployer updates the job's image and executes it (cloudbuild.yaml), on this job only.
+resource "google_cloud_run_v2_job_iam_member" "deployer" {
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_job.migrate.name
+  role     = "roles/run.developer"
+  member   = "serviceAccount:${module.iam.deployer_email}"
 }
 
 module "scheduler" {

@@ -44,8 +44,8 @@ output "migrate_job" {
 }
 
 output "buckets" {
-  description = "Spool and payload bucket names."
-  value       = { spool = module.spool_bucket.name, payloads = module.payload_bucket.name }
+  description = "Spool, payload and build-source bucket names."
+  value       = { spool = module.spool_bucket.name, payloads = module.payload_bucket.name, build_source = module.build_source_bucket.name }
 }
 
 output "topics" {
@@ -53,7 +53,22 @@ output "topics" {
   value       = { commands = { for p, t in module.pubsub.command_topics : p => t.name }, events = module.pubsub.events_topic.name }
 }
 
+output "build_source_staging_dir" {
+  description = "The --gcs-source-staging-dir of gcloud builds submit: the bucket the deployer may read."
+  value       = "gs://${module.build_source_bucket.name}/source"
+}
+
 output "cloudbuild_substitutions" {
   description = "The --substitutions of gcloud builds submit for this stack."
   value       = "_REGION=${var.region},_REPOSITORY=${google_artifact_registry_repository.images.repository_id},_NAME_PREFIX=${var.name_prefix}"
+}
+
+output "sizing" {
+  description = "The derived sizing (modules/sizing): gunicorn threads per role, push ack deadlines, scheduler attempt deadlines and the database connection budget against max_connections."
+  value = {
+    gunicorn_threads                   = module.sizing.gunicorn_threads
+    push_ack_deadline_seconds          = module.sizing.push_ack_deadline_seconds
+    scheduler_attempt_deadline_seconds = module.sizing.scheduler_attempt_deadline_seconds
+    db_connections                     = module.sizing.db_connections
+  }
 }

@@ -32,7 +32,7 @@ variable "image" {
 }
 
 variable "roles" {
-  description = "The roles to deploy, keyed by role name, with their Cloud Run sizing. Every role by default; a role left out gets no service, no service account and no grants. worker runs one service per pool (var.pools) and subscription_runtime one per entry of var.runtime_subscriptions, each with the role's sizing."
+  description = "The roles to deploy, keyed by role name, with their Cloud Run sizing and (control plane) database pool; GUNICORN_THREADS, the push ack deadlines, the scheduler attempt deadlines and the connection budget are derived from it (modules/sizing, docs/deploy.md Sizing). Every role by default; a role left out gets no service, no service account and no grants. worker runs one service per pool (var.pools) and subscription_runtime one per entry of var.runtime_subscriptions, each with the role's sizing."
   type = map(object({
     min_instances   = optional(number, 0)
     max_instances   = optional(number, 10)
@@ -42,6 +42,8 @@ variable "roles" {
     memory          = optional(string, "512Mi")
     cpu_idle        = optional(bool, true)
     ingress         = optional(string, "INGRESS_TRAFFIC_INTERNAL_ONLY")
+    db_pool_size    = optional(number, 5)
+    db_max_overflow = optional(number, 2)
     env             = optional(map(string), {})
     secret_env = optional(map(object({
       secret  = string
@@ -51,8 +53,9 @@ variable "roles" {
   nullable = false
   default = {
     execute = {
-      ingress  = "INGRESS_TRAFFIC_ALL"
-      cpu_idle = false
+      ingress     = "INGRESS_TRAFFIC_ALL"
+      cpu_idle    = false
+      concurrency = 20
     }
     ingress = {
       ingress     = "INGRESS_TRAFFIC_ALL"
@@ -65,11 +68,14 @@ variable "roles" {
       memory          = "1Gi"
     }
     projector = {
-      concurrency = 20
+      concurrency   = 20
+      max_instances = 5
     }
     frames = {
-      ingress  = "INGRESS_TRAFFIC_ALL"
-      cpu_idle = false
+      ingress       = "INGRESS_TRAFFIC_ALL"
+      cpu_idle      = false
+      concurrency   = 20
+      max_instances = 5
     }
     spool_drainer = {
       ingress         = "INGRESS_TRAFFIC_ALL"
@@ -97,6 +103,11 @@ variable "roles" {
   validation {
     condition     = alltrue([for r in ["execute", "frames"] : !contains(keys(var.roles), r) || !try(var.roles[r].cpu_idle, true) || try(var.roles[r].env["NOETL_OUTBOX_PUBLISH"], "background") == "inline"])
     error_message = "execute and frames publish committed outbox rows from a relay thread after they answer (docs/architecture.md): cpu_idle = false, or env NOETL_OUTBOX_PUBLISH = \"inline\"."
+  }
+
+  validation {
+    condition     = alltrue([for r in values(var.roles) : length(setintersection(keys(r.env), ["GUNICORN_THREADS", "NOETL_DB_POOL_SIZE", "NOETL_DB_MAX_OVERFLOW"])) == 0])
+    error_message = "GUNICORN_THREADS, NOETL_DB_POOL_SIZE and NOETL_DB_MAX_OVERFLOW are derived from concurrency, db_pool_size and db_max_overflow (modules/sizing): set those instead of env."
   }
 
   validation {
@@ -137,7 +148,7 @@ variable "firestore_location" {
 }
 
 variable "cloudsql" {
-  description = "The PostgreSQL 15 instance: machine, backups/PITR, private network, deletion protection (see modules/cloudsql)."
+  description = "The PostgreSQL 15 instance: machine, backups/PITR, private network, deletion protection (see modules/cloudsql); max_connections (the database flag) and the connections kept free for Cloud SQL's agents and operators, which the control plane's pools must fit beside (modules/sizing)."
   type = object({
     tier                           = optional(string, "db-custom-1-3840")
     availability_type              = optional(string, "ZONAL")
@@ -147,6 +158,9 @@ variable "cloudsql" {
     transaction_log_retention_days = optional(number, 7)
     private_network                = optional(string)
     deletion_protection            = optional(bool, true)
+    max_connections                = optional(number, 200)
+    reserved_connections           = optional(number, 10)
+    admin_password_version         = optional(number, 1)
   })
   default = {}
 }
@@ -162,12 +176,13 @@ variable "vpc_access" {
 }
 
 variable "buckets" {
-  description = "Spool and payload buckets: dead-letter retention of the spool, optional payload expiry, optional CMEK, force_destroy for throwaway environments."
+  description = "Spool, payload and build-source buckets: dead-letter retention of the spool, optional payload expiry, days the uploaded build sources are kept, optional CMEK, force_destroy for throwaway environments."
   type = object({
-    spool_dead_letter_days = optional(number, 30)
-    payload_delete_days    = optional(number)
-    kms_key_name           = optional(string)
-    force_destroy          = optional(bool, false)
+    spool_dead_letter_days   = optional(number, 30)
+    payload_delete_days      = optional(number)
+    build_source_delete_days = optional(number, 30)
+    kms_key_name             = optional(string)
+    force_destroy            = optional(bool, false)
   })
   default = {}
 }
