@@ -35,6 +35,9 @@ ROLE_PORTS = {
     "spool_drainer": 15,
     "subscription_runtime": 16,
 }
+#: The demo's fixture API (``noetl-cloud demo``) listens on this offset: the one loopback port the local
+#: worker's http tasks are allowed to reach (NOETL_HTTP_TOOL_ALLOW; loopback is refused by default).
+DEMO_API_PORT = 20
 START_TIMEOUT_S = 90.0
 RUNTIME = "subscription_runtime"
 #: gunicorn processes per role (default 2). The ingress runs one, as its container does
@@ -249,6 +252,8 @@ class LocalStack:
             # One spool for every subscription that spools (fake-gcs-server); the drainer lists it.
             "NOETL_SPOOL_BACKEND": "gcs",
             "NOETL_SPOOL_BUCKET": SPOOL_BUCKET,
+            # http tasks reach public addresses and, locally, the demo's API only (not the stack's services).
+            "NOETL_HTTP_TOOL_ALLOW": f"127.0.0.1:{self.port_base + DEMO_API_PORT}",
         }
 
     def _ensure_worker_push(self, env: dict[str, str]) -> str:

@@ -98,7 +98,7 @@ def service_from_settings(settings: Settings) -> WorkerService:
     return WorkerService(
         api,
         worker_id=settings.worker_id or default_worker_id(settings.worker_pool),
-        tools=default_registry(),
+        tools=default_registry(http_allow=settings.http_tool_allow),
         heartbeat_s=settings.worker_heartbeat_s,
         eager_budget_s=settings.worker_eager_budget_s,
         eager_slots=settings.worker_eager_slots,
