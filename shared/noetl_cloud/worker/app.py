@@ -23,7 +23,7 @@ from typing import Protocol
 
 from flask import Flask, Response, jsonify, request
 
-from noetl_cloud.auth.internal import InternalAuth
+from noetl_cloud.auth.internal import InternalAuth, install
 from noetl_cloud.auth.push import push_auth, push_credentials
 from noetl_cloud.ingress.push import pubsub_message
 from noetl_cloud.ingress.verify import CREDENTIAL_HEADERS
@@ -48,6 +48,7 @@ class CommandHandler(Protocol):
 
 def build_app(settings: Settings, service: CommandHandler, auth: InternalAuth) -> Flask:
     app = create_app("worker", settings)
+    install(app, auth)  # /api/openapi.json, behind the push credentials (a bearer in Authorization)
 
     @app.post("/")
     def push() -> tuple[Response, int]:
