@@ -6,9 +6,10 @@ task policy). The result is ``{status_code, headers, data}`` where ``data`` is t
 type (JSON, else text). A status of 400 or more is an error outcome; ``outcome.http`` always holds
 ``{status, headers}`` (``status`` is ``None`` when no response arrived).
 
-Egress is checked per connection (redirects included) by an :class:`~noetl_cloud.tools.egress.EgressPolicy`:
-by default only public addresses; the resolved address is checked and then connected to, so DNS rebinding
-cannot reach what the check refused. A refused address is the error outcome ``egress_denied`` (no retry helps).
+Redirects are not followed (``retries=False``: a 3xx is the result). Egress is checked per connection by an
+:class:`~noetl_cloud.tools.egress.EgressPolicy`: by default only public addresses; the resolved address is
+checked and then connected to, so DNS rebinding cannot reach what the check refused. A refused address is the
+error outcome ``egress_denied`` (no retry helps).
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ class _GuardedHTTPSConnection(_GuardedConnection, HTTPSConnection):
 
 
 def guarded_pool_manager(egress: EgressPolicy, **kwargs: Any) -> urllib3.PoolManager:
-    """A pool manager whose every connection (redirects included) goes through ``egress``."""
+    """A pool manager whose every connection goes through ``egress``."""
     plain = type("GuardedHTTPConnection", (_GuardedConnection,), {"egress": egress})
     tls = type("GuardedHTTPSConnection", (_GuardedHTTPSConnection,), {"egress": egress})
     manager = urllib3.PoolManager(**kwargs)

@@ -137,3 +137,33 @@ def test_public_means_globally_routable(address: str, public: bool) -> None:
 def test_egress_denied_is_not_retryable_connection_noise() -> None:
     with pytest.raises(EgressDenied):
         EgressPolicy().addresses("127.0.0.1", 80)
+
+
+def test_a_redirect_to_a_refused_address_is_not_followed() -> None:
+    """A 3xx is the task's answer (the tool does not follow redirects); a task that follows the Location
+    makes a new request, checked like any other."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", "http://169.254.169.254/computeMetadata/v1/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        tool = HttpTool(egress=EgressPolicy.from_allowlist([f"127.0.0.1:{port}"]))
+        outcome = http_get(tool, f"http://127.0.0.1:{port}/start")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert outcome.status == "ok" and outcome.result["status_code"] == 302
+    followed = http_get(tool, outcome.result["headers"]["Location"])
+    assert followed.error is not None and followed.error["kind"] == "egress_denied"
