@@ -4,9 +4,9 @@ Each role serves its OpenAPI document at ``GET /api/openapi.json`` (behind its a
 the committed one (docs/openapi/). schemathesis then draws requests from it, valid ones and ones that break
 the schema (types, bounds, missing fields, bad path parameters), a bounded number per operation
 (``NOETL_TEST_FUZZ_EXAMPLES``, default 25), authenticated as the stack's callers, plus one request without
-credentials per operation. Every answer must be below 500, every error answer must be in the JSON error
-model, and every role must still be healthy afterwards. The requests sent per role are in the run's
-summary ("openapi fuzz").
+credentials per operation, which a secured operation must refuse (401). Every answer must be below 500,
+every error answer must be in the JSON error model, and every role must still be healthy afterwards. The
+requests sent per role are in the run's summary ("openapi fuzz").
 """
 
 from __future__ import annotations
@@ -119,6 +119,7 @@ def test_fuzzing_a_role_gets_no_5xx_and_every_error_in_the_json_error_model(
 
     schema = schemathesis.openapi.from_dict(committed)
     run = runs(request.config)[role] = RoleRun()
+    secured = refused = 0
     with requests.Session() as session:
         for result in schema.get_all_operations():
             operation = result.ok()
@@ -126,12 +127,17 @@ def test_fuzzing_a_role_gets_no_5xx_and_every_error_in_the_json_error_model(
             fuzz(run, operation, base_url, headers, session)
             # and once without credentials: refused in the error model where the route is secured
             unauthenticated = operation.Case(path_parameters=_sample_path(operation))
-            record(run, unauthenticated.call(base_url=base_url, session=session, timeout=TIMEOUT_S))
+            answer = unauthenticated.call(base_url=base_url, session=session, timeout=TIMEOUT_S)
+            record(run, answer)
+            if committed["paths"][operation.path][operation.method.lower()].get("security"):
+                refused += answer.status_code == 401
+                secured += 1
         health = session.get(f"{base_url}/healthz", timeout=TIMEOUT_S)
     print(run.line(role))
     assert health.status_code == 200
     assert run.requests >= run.operations * 2
     assert run.problems == []
+    assert refused == secured, f"{secured - refused} secured operations answered a caller without credentials"
 
 
 def _sample_path(operation: Any) -> dict[str, Any]:
