@@ -122,6 +122,10 @@ class Settings(BaseModel):
     ingress_principals: tuple[str, ...] = ()
     api_url: str | None = None
 
+    # Task isolation (docs/security.md): what an http task may reach besides public addresses
+    # (addresses, networks or host names, each optionally with :port; empty: public only).
+    http_tool_allow: tuple[str, ...] = ()
+
     # Coordination state (Firestore): one collection per deployment.
     kv_collection: str = Field(default="noetl-kv", pattern=r"^[A-Za-z0-9_-]{1,100}$")
 
@@ -174,7 +178,9 @@ class Settings(BaseModel):
     payload_dir: str | None = None
     frame_reaper_limit: Annotated[int, Field(ge=1, le=100_000)] = 1000
 
-    @field_validator("pools", "internal_api_callers", "ingress_principals", "db_runtime_users", mode="before")
+    @field_validator(
+        "pools", "internal_api_callers", "ingress_principals", "db_runtime_users", "http_tool_allow", mode="before"
+    )
     @classmethod
     def _split_list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -191,6 +197,15 @@ class Settings(BaseModel):
                 raise ValueError(f"pool name {pool!r} must match {_POOL_NAME}")
         if len(set(value)) != len(value):
             raise ValueError("pool names must be unique")
+        return value
+
+    @field_validator("http_tool_allow")
+    @classmethod
+    def _check_allow(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from noetl_cloud.tools.egress import parse_entry
+
+        for entry in value:
+            parse_entry(entry)  # a ValueError names the entry
         return value
 
     @field_validator("command_topic_prefix")

@@ -1,2 +1,10 @@
+import pytest
+
+from tests.e2e.fuzz_report import summary
 from tests.integration.control_fixtures import control_settings, topic_prefix, topics  # noqa: F401
 from tests.unit.engine.conftest import api  # noqa: F401 - the HTTP service the pagination goldens call
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The requests the OpenAPI fuzz run sent per role (tests/e2e/test_openapi_fuzz.py)."""
+    summary(terminalreporter)

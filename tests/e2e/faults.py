@@ -181,6 +181,8 @@ class FaultStack:
             "NOETL_WORKER_PUSH_TOKEN": PUSH_TOKEN,
             "NOETL_PROJECTOR_PUSH_TOKEN": PUSH_TOKEN,
             "NOETL_SECRET_PUSH_TOKEN": PUSH_TOKEN,
+            # The playbook's http task POSTs to the effect sink on loopback: allowed by port, explicitly.
+            "NOETL_HTTP_TOOL_ALLOW": "127.0.0.1:" + self.sink.url.rsplit(":", 1)[1].split("/", 1)[0],
             # A killed worker's command is re-issued by the reaper once its lease (heartbeated every
             # second) has run out.
             "NOETL_COMMAND_LEASE_S": "4",

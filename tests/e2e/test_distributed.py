@@ -29,6 +29,7 @@ from noetl_cloud.web.client import ApiClient, static_token
 from tests.e2e.roles import free_port, start
 from tests.integration.control_fixtures import PROJECT, TOKEN, Topics, events_topic_for
 from tests.integration.distributed_driver import PLAYBOOKS, golden_content
+from tests.unit.engine.conftest import LOOPBACK_ALLOW
 
 PUSH_TOKEN = secrets.token_hex(12)
 ENDED = ("completed", "failed", "cancelled")
@@ -173,6 +174,8 @@ def cluster(database_url: str, local_env: dict[str, str], prefix: str, **extra: 
         "NOETL_COMMAND_TOPIC_PREFIX": prefix,
         "NOETL_EVENTS_TOPIC": events_topic_for(prefix),
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
+        # The golden playbooks call the test API on loopback, refused by default: allowed explicitly.
+        "NOETL_HTTP_TOOL_ALLOW": ",".join(LOOPBACK_ALLOW),
         **extra,
     }
     c = Cluster(env, prefix)

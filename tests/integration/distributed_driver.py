@@ -19,6 +19,7 @@ from sqlalchemy import Engine, text
 from noetl_cloud.engine import FakeClock, Outcome
 from noetl_cloud.tools.registry import default_registry
 from noetl_cloud.worker.run import PlanCache, run_command
+from tests.unit.engine.conftest import LOOPBACK_ALLOW
 
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "data" / "playbooks"
 ENDED = ("completed", "failed", "cancelled")
@@ -37,7 +38,7 @@ class Driver:
         self.engine = engine
         self.random = random.Random(seed)
         self.worker_id = worker_id
-        self.tools = default_registry()
+        self.tools = default_registry(http_allow=LOOPBACK_ALLOW)
         self.clock = FakeClock()
         self.plans = PlanCache()
         self.runs: list[dict[str, Any]] = []

@@ -16,10 +16,12 @@ import pytest
 
 from noetl_cloud.engine import FakeClock, MemorySink, ToolCall
 from noetl_cloud.engine.local import run_file
+from noetl_cloud.tools.egress import EgressPolicy
 from noetl_cloud.tools.http import HttpTool
 from noetl_cloud.tools.noop import NoopTool
 from noetl_cloud.tools.postgres import PostgresTool
 from noetl_cloud.tools.registry import ToolRegistry
+from tests.unit.engine.conftest import LOOPBACK_ALLOW, loopback_tools
 
 PLAYBOOK = Path(__file__).resolve().parents[1] / "data" / "playbooks" / "appendix_13.yaml"
 TABLE = (
@@ -107,7 +109,7 @@ def test_appendix_13_stores_every_page_through_retries(
     keychain = {"pg_k8s": {"name": "pg_k8s", "kind": "postgres", "dsn": database_url}}
     _sql(postgres, keychain, TABLE)
     sink, clock = MemorySink(), FakeClock()
-    tools = ToolRegistry([NoopTool(), HttpTool(), postgres])
+    tools = ToolRegistry([NoopTool(), HttpTool(egress=EgressPolicy.from_allowlist(LOOPBACK_ALLOW)), postgres])
 
     result = run_file(PLAYBOOK, {"api_url": rooms_api.url}, tools=tools, sink=sink, clock=clock, keychain=keychain)
 
@@ -141,7 +143,9 @@ def test_appendix_13_routes_a_failed_store_to_cleanup(rooms_api: RoomsApi, datab
     """Without the table the first INSERT fails (42P01, not retried): the loop fails and ``cleanup`` runs."""
     keychain = {"pg_k8s": {"kind": "postgres", "dsn": database_url}}
     sink, clock = MemorySink(), FakeClock()
-    result = run_file(PLAYBOOK, {"api_url": rooms_api.url}, sink=sink, clock=clock, keychain=keychain)
+    result = run_file(
+        PLAYBOOK, {"api_url": rooms_api.url}, tools=loopback_tools(), sink=sink, clock=clock, keychain=keychain
+    )
     assert result.status == "completed", result.error
     assert "cleanup" in result.results and "validate_results" not in result.results
     (failed,) = [e.payload for e in sink.events if e.event_type == "step.failed"]

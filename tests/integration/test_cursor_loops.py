@@ -27,6 +27,7 @@ from noetl_cloud.worker.run import PlanCache, run_command
 from tests.integration.control_fixtures import Topics, register
 from tests.integration.frame_fixtures import Frames
 from tests.integration.frame_fixtures import frames as frames
+from tests.unit.engine.conftest import LOOPBACK_ALLOW
 
 LEASE = 2.0
 CLAIM = """\
@@ -133,7 +134,7 @@ class CursorDriver:
         self.frames_api = FlaskApi(frames.client)
         self.payloads = FilesystemPayloadStore(root, tenant_id="default", organization_id="default")
         self.keychain = {"pg": {"dsn": database_url}}
-        self.tools = default_registry()
+        self.tools = default_registry(http_allow=LOOPBACK_ALLOW)
         self.plans = PlanCache()
 
     def run(self, path: str, workload: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -75,8 +75,11 @@ def run_playbook(args: argparse.Namespace) -> int:
     import yaml
 
     from noetl_cloud.engine.local import parse_sets, run_file
+    from noetl_cloud.settings import Settings
+    from noetl_cloud.tools.registry import default_registry
 
     overrides = parse_sets(args.set)
+    tools = default_registry(http_allow=Settings.from_env(os.environ).http_tool_allow)
     keychain = None
     if args.keychain:
         # The file holds secrets: messages name the file, never its content.
@@ -91,9 +94,9 @@ def run_playbook(args: argparse.Namespace) -> int:
     sink = None if args.quiet else StepProgress()
     if args.events:
         with open(args.events, "w", encoding="utf-8") as events:
-            result = run_file(Path(args.playbook), overrides, events=events, keychain=keychain, sink=sink)
+            result = run_file(Path(args.playbook), overrides, tools=tools, events=events, keychain=keychain, sink=sink)
     else:
-        result = run_file(Path(args.playbook), overrides, keychain=keychain, sink=sink)
+        result = run_file(Path(args.playbook), overrides, tools=tools, keychain=keychain, sink=sink)
     print(
         json.dumps(
             {
@@ -163,6 +166,7 @@ def subscribe_local(args: argparse.Namespace) -> int:
         project_id=settings.project_id or os.environ.get("GOOGLE_CLOUD_PROJECT"),
         emulator_host=settings.pubsub_emulator_host,
         nats_url=settings.nats_url,
+        http_allow=settings.http_tool_allow,
     )
     print(json.dumps(summary, indent=2))
     return 0

@@ -34,9 +34,10 @@ def orders_of(batch: str) -> list[dict[str, Any]]:
 
 
 class FixtureApi:
-    """A threaded HTTP server on ``127.0.0.1:0``; ``url`` once started, ``pages`` served per batch."""
+    """A threaded HTTP server on ``127.0.0.1:<port>`` (0: any free port); ``url`` once started, ``pages``
+    served per batch."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.pages: Counter[str] = Counter()
         self._lock = threading.Lock()
         fixture = self
@@ -48,7 +49,7 @@ class FixtureApi:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="demo-fixture", daemon=True)
 

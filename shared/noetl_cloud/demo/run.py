@@ -508,7 +508,7 @@ def inspect_commands(
 
 def main(env: Mapping[str, str], options: Options) -> int:
     """Run the demo against the local stack of ``env`` (``NOETL_LOCAL_*``); the exit status."""
-    from noetl_cloud.local.stack import LocalStack
+    from noetl_cloud.local.stack import DEMO_API_PORT, LocalStack
 
     def say(line: str) -> None:
         print(line, file=sys.stderr if options.as_json else sys.stdout, flush=True)
@@ -524,7 +524,8 @@ def main(env: Mapping[str, str], options: Options) -> int:
     say(f"stack: {len(fresh)} components started{' (' + ', '.join(fresh) + ')' if fresh else ''}, the rest reused")
     demo = Demo(stack_env, stack, options, say)
     try:
-        with FixtureApi() as fixture:
+        # The port the stack's worker allows http tasks to reach (NOETL_HTTP_TOOL_ALLOW).
+        with FixtureApi(stack.port_base + DEMO_API_PORT) as fixture:
             summary = demo.run(fixture)
     finally:
         demo.close()

@@ -35,6 +35,9 @@ ROLE_PORTS = {
     "spool_drainer": 15,
     "subscription_runtime": 16,
 }
+#: The demo's fixture API (``noetl-cloud demo``) listens on this offset: the one loopback port the local
+#: worker's http tasks are allowed to reach (NOETL_HTTP_TOOL_ALLOW; loopback is refused by default).
+DEMO_API_PORT = 20
 START_TIMEOUT_S = 90.0
 RUNTIME = "subscription_runtime"
 #: gunicorn processes per role (default 2). The ingress runs one, as its container does
@@ -92,9 +95,11 @@ class LocalStack:
         port_base: int = DEFAULT_PORT_BASE,
         pools: tuple[str, ...] = ("shared",),
         root: Path | None = None,
+        http_allow: tuple[str, ...] = (),
     ) -> None:
         self.state_dir = state_dir
         self.pools = pools
+        self.http_allow = http_allow
         self.root = root or project_root()
         self.ports = Ports.from_base(port_base)
         self.port_base = port_base
@@ -107,7 +112,10 @@ class LocalStack:
 
         base = int(env.get("NOETL_LOCAL_PORT_BASE") or DEFAULT_PORT_BASE)
         pools = Settings.from_env({k: v for k, v in env.items() if k == "NOETL_POOLS"}).pools
-        return cls(default_state_dir(env), base, pools)
+        # What the local worker's http tasks may reach besides the demo's API (NOETL_HTTP_TOOL_ALLOW's form).
+        extra = {"NOETL_HTTP_TOOL_ALLOW": env.get("NOETL_LOCAL_HTTP_TOOL_ALLOW", "")}
+        http_allow = Settings.from_env(extra).http_tool_allow
+        return cls(default_state_dir(env), base, pools, http_allow=http_allow)
 
     # -- components ---------------------------------------------------------------------------
 
@@ -249,6 +257,8 @@ class LocalStack:
             # One spool for every subscription that spools (fake-gcs-server); the drainer lists it.
             "NOETL_SPOOL_BACKEND": "gcs",
             "NOETL_SPOOL_BUCKET": SPOOL_BUCKET,
+            # http tasks reach public addresses and, locally, the demo's API only (not the stack's services).
+            "NOETL_HTTP_TOOL_ALLOW": ",".join([f"127.0.0.1:{self.port_base + DEMO_API_PORT}", *self.http_allow]),
         }
 
     def _ensure_worker_push(self, env: dict[str, str]) -> str:

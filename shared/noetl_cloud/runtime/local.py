@@ -26,6 +26,7 @@ from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.runtime.memory import EVENTS, TRANSITIONS
 from noetl_cloud.runtime.port import ItemOutcome, RuntimeEvent
 from noetl_cloud.spool.events import SpoolEvent
+from noetl_cloud.tools.registry import default_registry
 
 PRODUCER = "noetl-cloud subscribe"
 
@@ -80,8 +81,11 @@ def load_subscription(path: Path) -> dict[str, Any]:
 class LocalControl:
     """The control plane of one local subscription: the lifecycle, in-process runs, a dedup window."""
 
-    def __init__(self, document: dict[str, Any], playbooks: Path, sink: FileEventSink) -> None:
+    def __init__(
+        self, document: dict[str, Any], playbooks: Path, sink: FileEventSink, http_allow: tuple[str, ...] = ()
+    ) -> None:
         self.document = document
+        self.http_allow = http_allow
         self.playbooks = playbooks
         self.sink = sink
         self.events = _factory()
@@ -148,7 +152,8 @@ class LocalControl:
         if target is None:
             return ItemOutcome("rejected", error={"code": "playbook_not_found", "message": str(request["path"])})
         try:
-            result = run_file(target, request["workload"], sink=_Forward(self.sink))
+            tools = default_registry(http_allow=self.http_allow)
+            result = run_file(target, request["workload"], tools=tools, sink=_Forward(self.sink))
         except NoetlError as exc:  # an invalid playbook file: can never succeed
             return ItemOutcome("rejected", error=exc.to_dict())
         directives = (request.get("meta") or {}).get("directives")
@@ -221,6 +226,7 @@ def subscribe(
     project_id: str | None = None,
     emulator_host: str | None = None,
     nats_url: str | None = None,
+    http_allow: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Hold the subscription until SIGINT / SIGTERM, ``max_messages`` acked, or ``duration_s``; a summary."""
     import signal
@@ -240,7 +246,7 @@ def subscribe(
     path = doc.path
     with open(events_file, "a", encoding="utf-8") as stream:
         sink = FileEventSink(stream)
-        control = LocalControl(document, playbooks or spec_file.parent, sink)
+        control = LocalControl(document, playbooks or spec_file.parent, sink, http_allow)
         kv = InMemoryKeyValueStore()
 
         def source_for(held: SubscriptionDoc) -> Any:

@@ -31,6 +31,7 @@ class DrainRequest(BaseModel):
 def build_app(settings: Settings, service: DrainService, auth: InternalAuth) -> Flask:
     app = create_app("spool_drainer", settings)
     install(app, auth, prefix="/drain/")
+    install(app, auth)  # /api/openapi.json
 
     @app.post("/drain")
     def drain() -> dict[str, Any]:

@@ -5,35 +5,48 @@ Task fields: ``method`` (GET), ``url``, ``params`` (query), ``headers``, ``json`
 task policy). The result is ``{status_code, headers, data}`` where ``data`` is the body parsed by content
 type (JSON, else text). A status of 400 or more is an error outcome; ``outcome.http`` always holds
 ``{status, headers}`` (``status`` is ``None`` when no response arrived).
+
+Redirects are not followed (``retries=False``: a 3xx is the result). Egress is checked per connection by an
+:class:`~noetl_cloud.tools.egress.EgressPolicy`: by default only public addresses; the resolved address is
+checked and then connected to, so DNS rebinding cannot reach what the check refused. A refused address is the
+error outcome ``egress_denied`` (no retry helps).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import socket
+from typing import Any, ClassVar
 from urllib.parse import urlencode
 
 import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from urllib3.util import connection
 
 from noetl_cloud.engine.outcome import Outcome, ToolCall
+from noetl_cloud.tools.egress import EgressDenied, EgressPolicy
 
 DEFAULT_TIMEOUT = 30.0
 
 
 class HttpTool:
-    """An HTTP client task. One connection pool per tool instance."""
+    """An HTTP client task. One connection pool per tool instance, connecting only where ``egress`` allows
+    (default: public addresses only)."""
 
     kind = "http"
     raw_fields: tuple[str, ...] = ()
 
-    def __init__(self, pool: urllib3.PoolManager | None = None) -> None:
+    def __init__(self, pool: urllib3.PoolManager | None = None, *, egress: EgressPolicy | None = None) -> None:
         self._pool = pool
+        self.egress = egress or EgressPolicy()
 
     @property
     def pool(self) -> urllib3.PoolManager:
         """The connection pool, created on first use."""
         if self._pool is None:
-            self._pool = urllib3.PoolManager()
+            self._pool = guarded_pool_manager(self.egress)
         return self._pool
 
     def run(self, call: ToolCall) -> Outcome:
@@ -64,6 +77,8 @@ class HttpTool:
                 retries=False,
                 redirect=True,
             )
+        except EgressDenied as exc:
+            return Outcome.fail("egress_denied", str(exc), http={"status": None, "headers": {}})
         except urllib3.exceptions.HTTPError as exc:
             return Outcome.fail("connection", f"{type(exc).__name__}: {exc}", http={"status": None, "headers": {}})
         data = _parse(response.headers.get("Content-Type", ""), response.data)
@@ -74,6 +89,48 @@ class HttpTool:
             failed = Outcome.fail("http_status", f"{method} answered {response.status}", http=http)
             return Outcome("error", result, failed.error, {}, failed.extra)
         return Outcome.ok(result, http=http)
+
+
+class _GuardedConnection(HTTPConnection):
+    """Resolves the host once, checks every address with :attr:`egress`, connects to a checked one."""
+
+    egress: ClassVar[EgressPolicy]
+
+    def _new_conn(self) -> socket.socket:
+        try:
+            addresses = self.egress.addresses(self._dns_host, self.port)  # EgressDenied propagates
+        except OSError as exc:
+            raise NewConnectionError(self, f"Failed to resolve {self.host}: {exc}") from exc
+        error: OSError | None = None
+        for address in addresses:
+            try:
+                return connection.create_connection(
+                    (address, self.port),
+                    self.timeout,
+                    source_address=self.source_address,
+                    socket_options=self.socket_options,
+                )
+            except TimeoutError as exc:
+                raise ConnectTimeoutError(self, f"Connection to {self.host} timed out") from exc
+            except OSError as exc:
+                error = exc
+        raise NewConnectionError(self, f"Failed to establish a new connection: {error}")
+
+
+class _GuardedHTTPSConnection(_GuardedConnection, HTTPSConnection):
+    """TLS over a checked address; the certificate is still verified against the URL's host name."""
+
+
+def guarded_pool_manager(egress: EgressPolicy, **kwargs: Any) -> urllib3.PoolManager:
+    """A pool manager whose every connection goes through ``egress``."""
+    plain = type("GuardedHTTPConnection", (_GuardedConnection,), {"egress": egress})
+    tls = type("GuardedHTTPSConnection", (_GuardedHTTPSConnection,), {"egress": egress})
+    manager = urllib3.PoolManager(**kwargs)
+    manager.pool_classes_by_scheme = {
+        "http": type("GuardedHTTPConnectionPool", (HTTPConnectionPool,), {"ConnectionCls": plain}),
+        "https": type("GuardedHTTPSConnectionPool", (HTTPSConnectionPool,), {"ConnectionCls": tls}),
+    }
+    return manager
 
 
 def _param(value: Any) -> str:

@@ -5,6 +5,11 @@ value (JSON) is the result. Code without ``main`` may instead assign ``result``.
 child's stderr and is kept (truncated) in the error of a failed run. The timeout is ``spec.timeout``
 (seconds, default 60). An exception in the code is an error outcome with ``py.exception_type``.
 ``code`` is not rendered as a template (it is in :attr:`PythonTool.raw_fields`).
+
+Python tasks are **trusted code**: they run with the worker's user, file system and network (see
+docs/security.md). What the tool does keep from them is the worker's environment: the child starts in
+isolated mode (``-I``) with :data:`CHILD_ENV` only, so the internal API token, the database URL, push
+tokens and cloud credentials held in the worker's variables are not handed to task code.
 """
 
 from __future__ import annotations
@@ -12,12 +17,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from noetl_cloud.engine.outcome import Outcome, ToolCall
 
 DEFAULT_TIMEOUT = 60.0
 _STDERR_TAIL = 2000
+#: The whole environment of a task's interpreter: nothing of the worker's is inherited.
+CHILD_ENV: Mapping[str, str] = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "TZ": "UTC",
+}
 
 _RUNNER = r"""
 import json, sys
@@ -45,8 +58,9 @@ class PythonTool:
     kind = "python"
     raw_fields: tuple[str, ...] = ("code",)
 
-    def __init__(self, python: str = sys.executable) -> None:
+    def __init__(self, python: str = sys.executable, env: Mapping[str, str] = CHILD_ENV) -> None:
         self.python = python
+        self.env = dict(env)
 
     def run(self, call: ToolCall) -> Outcome:
         """Run ``config['code']`` with ``config['args']``."""
@@ -63,6 +77,7 @@ class PythonTool:
             done = subprocess.run(  # noqa: S603 - our own interpreter, code passed on stdin
                 [self.python, "-I", "-c", _RUNNER],
                 input=request,
+                env=self.env,
                 capture_output=True,
                 text=True,
                 timeout=timeout,

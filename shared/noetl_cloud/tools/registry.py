@@ -41,9 +41,11 @@ class ToolRegistry:
         return sorted(self._tools)
 
 
-def default_registry() -> ToolRegistry:
+def default_registry(*, http_allow: Iterable[str] = ()) -> ToolRegistry:
     """The built-in tools: noop, python, http, playbook, postgres, subscription (pools and source
-    clients open on first use, not here)."""
+    clients open on first use, not here). ``http_allow`` is ``NOETL_HTTP_TOOL_ALLOW``: what http tasks
+    may reach besides public addresses."""
+    from noetl_cloud.tools.egress import EgressPolicy
     from noetl_cloud.tools.http import HttpTool
     from noetl_cloud.tools.noop import NoopTool
     from noetl_cloud.tools.playbook import PlaybookTool
@@ -51,4 +53,5 @@ def default_registry() -> ToolRegistry:
     from noetl_cloud.tools.python import PythonTool
     from noetl_cloud.tools.subscription import SubscriptionTool
 
-    return ToolRegistry([NoopTool(), PythonTool(), HttpTool(), PlaybookTool(), PostgresTool(), SubscriptionTool()])
+    http = HttpTool(egress=EgressPolicy.from_allowlist(http_allow))
+    return ToolRegistry([NoopTool(), PythonTool(), http, PlaybookTool(), PostgresTool(), SubscriptionTool()])

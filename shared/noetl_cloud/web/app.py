@@ -7,7 +7,8 @@ the role's ``max_request_bytes`` unless a route says otherwise (:func:`body_limi
 are parsed with bounded nesting (:mod:`noetl_cloud.jsonsafe`: too deep is malformed, a 400). Also a
 request id (``X-Request-Id``, echoed back), the W3C trace context of the request
 (``traceparent``/``tracestate``/``baggage``, or Cloud Run's ``X-Cloud-Trace-Context``) in context
-variables for logs and downstream calls, and ``GET /healthz``.
+variables for logs and downstream calls, ``GET /healthz``, and ``GET /api/openapi.json``: the role's
+OpenAPI document (:mod:`noetl_cloud.openapi`), behind whatever authentication the role puts on ``/api/``.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def body_limit(limit: int) -> Callable[[V], V]:
 
 
 def create_app(role: str, settings: Settings) -> Flask:
-    app = Flask(f"noetl_cloud.{role}")
+    app = Flask(f"noetl_cloud.{role}", static_folder=None)
     app.request_class = Request
     app.json = JsonProvider(app)
     app.url_map.converters["int"] = IdConverter
@@ -175,6 +176,12 @@ def create_app(role: str, settings: Settings) -> Flask:
     @app.get("/healthz")
     def _healthz() -> dict[str, str]:
         return {"status": "ok", "role": role}
+
+    @app.get("/api/openapi.json", endpoint="openapi")
+    def _openapi() -> dict[str, Any]:
+        from noetl_cloud.openapi import document_for  # the registry imports every role's models
+
+        return document_for(app)
 
     return app
 

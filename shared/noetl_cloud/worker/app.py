@@ -23,7 +23,7 @@ from typing import Protocol
 
 from flask import Flask, Response, jsonify, request
 
-from noetl_cloud.auth.internal import InternalAuth
+from noetl_cloud.auth.internal import InternalAuth, install
 from noetl_cloud.auth.push import push_auth, push_credentials
 from noetl_cloud.ingress.push import pubsub_message
 from noetl_cloud.ingress.verify import CREDENTIAL_HEADERS
@@ -48,6 +48,7 @@ class CommandHandler(Protocol):
 
 def build_app(settings: Settings, service: CommandHandler, auth: InternalAuth) -> Flask:
     app = create_app("worker", settings)
+    install(app, auth)  # /api/openapi.json, behind the push credentials (a bearer in Authorization)
 
     @app.post("/")
     def push() -> tuple[Response, int]:
@@ -98,7 +99,7 @@ def service_from_settings(settings: Settings) -> WorkerService:
     return WorkerService(
         api,
         worker_id=settings.worker_id or default_worker_id(settings.worker_pool),
-        tools=default_registry(),
+        tools=default_registry(http_allow=settings.http_tool_allow),
         heartbeat_s=settings.worker_heartbeat_s,
         eager_budget_s=settings.worker_eager_budget_s,
         eager_slots=settings.worker_eager_slots,

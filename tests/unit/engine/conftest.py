@@ -15,7 +15,16 @@ import pytest
 from noetl_cloud.engine import Engine, ExecutionResult, FakeClock, MemoryPayloadStore, MemorySink, Outcome, ToolCall
 from noetl_cloud.spec import PlaybookDoc, validate_document
 from noetl_cloud.tools.noop import NoopTool
-from noetl_cloud.tools.registry import ToolRegistry
+from noetl_cloud.tools.registry import ToolRegistry, default_registry
+
+#: The test services these suites call listen on loopback, which http tasks may not reach by default:
+#: the tests allow it explicitly, as an operator allows an internal service (NOETL_HTTP_TOOL_ALLOW).
+LOOPBACK_ALLOW = ("127.0.0.1",)
+
+
+def loopback_tools() -> ToolRegistry:
+    """The built-in tools, with http tasks allowed to reach loopback."""
+    return default_registry(http_allow=LOOPBACK_ALLOW)
 
 
 class EchoTool:

@@ -11,6 +11,7 @@ import yaml
 
 from noetl_cloud.engine import FakeClock, MemorySink
 from noetl_cloud.engine.local import run_file
+from tests.unit.engine.conftest import loopback_tools
 
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "data" / "playbooks"
 NAMES = sorted(p.name.removesuffix(".yaml") for p in PLAYBOOKS.glob("*.yaml") if not p.name.endswith(".expected.yaml"))
@@ -28,7 +29,9 @@ def _fill(value: Any, api: str) -> Any:
 def test_golden_playbook(name: str, api: str) -> None:
     expected = yaml.safe_load((PLAYBOOKS / f"{name}.expected.yaml").read_text())
     sink, clock = MemorySink(), FakeClock()
-    result = run_file(PLAYBOOKS / f"{name}.yaml", _fill(expected.get("workload"), api), sink=sink, clock=clock)
+    result = run_file(
+        PLAYBOOKS / f"{name}.yaml", _fill(expected.get("workload"), api), sink=sink, clock=clock, tools=loopback_tools()
+    )
     assert result.status == expected["status"], result.error
     assert result.ctx == expected["ctx"]
     assert result.results == expected["results"]

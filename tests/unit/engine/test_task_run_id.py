@@ -12,6 +12,7 @@ import yaml
 from noetl_cloud.engine import FakeClock, MemorySink
 from noetl_cloud.engine.local import run_file
 from noetl_cloud.engine.pipeline import task_run_id
+from tests.unit.engine.conftest import loopback_tools
 from tests.unit.engine.test_golden import NAMES, PLAYBOOKS, _fill
 
 TASK_EVENTS = ("task.started", "task.done", "ctx.patched")
@@ -21,7 +22,13 @@ TASK_EVENTS = ("task.started", "task.done", "ctx.patched")
 def test_every_task_event_names_its_task_run(name: str, api: str) -> None:
     expected = yaml.safe_load((PLAYBOOKS / f"{name}.expected.yaml").read_text())
     sink = MemorySink()
-    run_file(PLAYBOOKS / f"{name}.yaml", _fill(expected.get("workload"), api), sink=sink, clock=FakeClock())
+    run_file(
+        PLAYBOOKS / f"{name}.yaml",
+        _fill(expected.get("workload"), api),
+        sink=sink,
+        clock=FakeClock(),
+        tools=loopback_tools(),
+    )
     runs: dict[tuple[str | None, str], list[str]] = defaultdict(list)
     for event in sink.events:
         if event.event_type.startswith("task.") or event.event_type == "ctx.patched":

@@ -8,9 +8,13 @@ import pytest
 
 from noetl_cloud.engine import ToolCall
 from noetl_cloud.tools import ToolRegistry, UnknownTool, default_registry
+from noetl_cloud.tools.egress import EgressPolicy
 from noetl_cloud.tools.http import HttpTool
 from noetl_cloud.tools.noop import NoopTool
 from noetl_cloud.tools.python import PythonTool
+from tests.unit.engine.conftest import LOOPBACK_ALLOW
+
+LOOPBACK = HttpTool(egress=EgressPolicy.from_allowlist(LOOPBACK_ALLOW))
 
 
 def call(kind: str, config: dict[str, Any], spec: dict[str, Any] | None = None) -> ToolCall:
@@ -65,7 +69,7 @@ def test_python_exit_without_result_is_a_crash() -> None:
 
 
 def test_http_get_with_params_and_headers(api: str) -> None:
-    outcome = HttpTool().run(
+    outcome = LOOPBACK.run(
         call("http", {"url": f"{api}/x", "params": {"page": 2, "on": True}, "headers": {"Authorization": "Bearer t"}})
     )
     assert outcome.status == "ok" and outcome.extra["http"]["status"] == 200
@@ -73,7 +77,7 @@ def test_http_get_with_params_and_headers(api: str) -> None:
 
 
 def test_http_post_json(api: str) -> None:
-    outcome = HttpTool().run(call("http", {"method": "post", "url": f"{api}/x", "json": {"a": [1]}}))
+    outcome = LOOPBACK.run(call("http", {"method": "post", "url": f"{api}/x", "json": {"a": [1]}}))
     assert (
         outcome.status == "ok"
         and outcome.result["status_code"] == 201
@@ -82,16 +86,16 @@ def test_http_post_json(api: str) -> None:
 
 
 def test_http_error_status_is_an_error_outcome_with_http_status(api: str) -> None:
-    outcome = HttpTool().run(call("http", {"url": f"{api}/fail"}, {"timeout": {"connect": 2, "read": 2}}))
+    outcome = LOOPBACK.run(call("http", {"url": f"{api}/fail"}, {"timeout": {"connect": 2, "read": 2}}))
     assert outcome.status == "error" and outcome.to_dict()["http"]["status"] == 503
     assert outcome.result["data"] == {"error": "busy"}
 
 
 def test_http_text_body_is_text(api: str) -> None:
-    assert HttpTool().run(call("http", {"url": f"{api}/text"})).result["data"] == "plain"
+    assert LOOPBACK.run(call("http", {"url": f"{api}/text"})).result["data"] == "plain"
 
 
 def test_http_connection_refused_is_an_error_outcome() -> None:
-    outcome = HttpTool().run(call("http", {"url": "http://127.0.0.1:9/"}, {"timeout": 2}))
+    outcome = LOOPBACK.run(call("http", {"url": "http://127.0.0.1:9/"}, {"timeout": 2}))
     assert outcome.status == "error" and outcome.extra["http"]["status"] is None
     assert outcome.error is not None and outcome.error["kind"] == "connection"

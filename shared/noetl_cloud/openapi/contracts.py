@@ -1,0 +1,278 @@
+"""The registry of every role's operations: the pydantic models a route validates its body with, its query
+parameters, what it answers. :mod:`noetl_cloud.openapi.generator` walks each app's URL map against it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from noetl_cloud.control.app import Audit, Cancel, RegisterSubscription, Transition
+from noetl_cloud.control.models import BatchRequest, ExecuteRequest
+from noetl_cloud.control.reports import WorkerRef, WorkerReport
+from noetl_cloud.control.runtime_events import RuntimeEventsIn
+from noetl_cloud.control.spool_events import SpoolEventsIn
+from noetl_cloud.frames.models import BatchCommitRequest, ClaimRequest, CommitRequest, HeartbeatRequest
+from noetl_cloud.openapi.generator import Operation, Query, RoleContract
+from noetl_cloud.spool.app import DrainRequest
+
+# -- models of answers and of bodies no route validates with a model of its own ---------------------------
+
+
+class Health(BaseModel):
+    """``GET /healthz`` of every role."""
+
+    status: str
+    role: str
+
+
+class CatalogDocument(BaseModel):
+    """``POST /api/catalog`` as JSON (the raw YAML document is the other form)."""
+
+    content: str
+
+
+class ExecuteAnswer(BaseModel):
+    """An execution started (or found by its dedup key)."""
+
+    execution_id: str
+    status: str
+    execution_pool: str | None = None
+
+
+class PushMessage(BaseModel):
+    """A Pub/Sub message inside a push envelope (extra fields are kept)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    data: str | None = Field(default=None, description="base64 of the message data")
+    attributes: dict[str, str] | None = None
+    messageId: str | None = None  # Pub/Sub's field name
+    publishTime: str | None = None  # Pub/Sub's field name
+
+
+class PushEnvelope(BaseModel):
+    """What a Pub/Sub push subscription POSTs (a wrapped delivery; an unwrapped one is the raw data)."""
+
+    model_config = ConfigDict(extra="allow")
+    message: PushMessage
+    subscription: str | None = None
+
+
+def _op(summary: str, **kwargs: Any) -> Operation:
+    return Operation(summary, **kwargs)
+
+
+_ID = {"type": "string", "pattern": "^[0-9]{1,19}$"}
+_HEALTH = {("_healthz", "GET"): _op("Liveness of the process", answers={200: Health}, secured=False)}
+_OPENAPI = {("openapi", "GET"): _op("This OpenAPI document")}
+_PUSH_ERRORS = (400, 401, 403, 413, 503)
+_REPLAY_QUERY = (
+    Query("execution_id", _ID, required=True),
+    Query("as_of_event_id", _ID),
+    Query("as_of_position", {"type": "integer", "minimum": 0}),
+    Query("as_of_time", {"type": "string", "format": "date-time"}),
+    Query("projection", {"type": "string"}),
+)
+_REPLAY = {
+    ("replay.replay_state", "GET"): _op(
+        "An execution's state folded from its events, at a cutoff", query=_REPLAY_QUERY, errors=(400, 404)
+    ),
+    ("replay.replay_verify", "GET"): _op(
+        "Whether replaying an execution's events reproduces its projection",
+        query=(*_REPLAY_QUERY, Query("repair", {"type": "string", "enum": ["true", "false"]})),
+        errors=(400, 404),
+    ),
+}
+
+EXECUTE = RoleContract(
+    title="NoETL Cloud execute (control plane)",
+    description="Catalog, executions, commands and events, subscriptions, listener configuration. "
+    "Every /api/ route needs a Google ID token of an allowed caller (locally NOETL_INTERNAL_API_TOKEN).",
+    secured_prefixes=("/api/",),
+    operations={
+        **_HEALTH,
+        **_OPENAPI,
+        ("register_catalog", "POST"): _op(
+            "Register a playbook or subscription document (YAML, or JSON {content})",
+            body=CatalogDocument,
+            raw_body="application/yaml",
+            answers={200: None, 201: None},
+            errors=(400, 413, 422),
+        ),
+        ("list_catalog", "GET"): _op(
+            "Catalog entries", query=(Query("kind", {"type": "string", "enum": ["Playbook", "Subscription"]}),)
+        ),
+        ("get_catalog", "GET"): _op(
+            "One catalog entry (latest, or ?version)",
+            query=(Query("version", {"type": "string", "pattern": "^[0-9]+$"}),),
+            errors=(400, 404),
+        ),
+        ("execute", "POST"): _op(
+            "Start an execution", body=ExecuteRequest, answers={202: ExecuteAnswer}, errors=(400, 404, 413, 422)
+        ),
+        ("execute_batch", "POST"): _op(
+            "Start executions, one result per item", body=BatchRequest, errors=(400, 413, 422)
+        ),
+        ("get_execution", "GET"): _op("An execution", errors=(404,)),
+        ("execution_events", "GET"): _op("An execution's events", errors=(404,)),
+        ("cancel_execution", "POST"): _op(
+            "Cancel an execution", body=Cancel, body_required=False, errors=(400, 404, 409, 422)
+        ),
+        ("get_command", "GET"): _op("A command", errors=(404,)),
+        ("claim_command", "POST"): _op("Claim a command for a worker", body=WorkerRef, errors=(400, 404, 409, 422)),
+        ("heartbeat_command", "POST"): _op("Extend a command's lease", body=WorkerRef, errors=(400, 404, 409, 422)),
+        ("report_events", "POST"): _op(
+            "A worker's report of a command (its events, outcome, next slots)",
+            body=WorkerReport,
+            errors=(400, 404, 409, 422),
+        ),
+        ("register_subscription", "POST"): _op(
+            "Register a catalogued subscription",
+            body=RegisterSubscription,
+            answers={200: None, 201: None},
+            errors=(400, 404, 422),
+        ),
+        ("transition", "POST"): _op(
+            "A subscription lifecycle action (activate, pause, resume, drain, retire)",
+            body=Transition,
+            body_required=False,
+            errors=(400, 404, 409, 422),
+        ),
+        ("list_subscriptions", "GET"): _op("Subscriptions", query=(Query("state", {"type": "string"}),)),
+        ("get_subscription", "GET"): _op("A subscription", errors=(404,)),
+        ("listener_config", "GET"): _op("A listener's configuration (the ingress reads it)", errors=(404,)),
+        ("listener_audit", "POST"): _op(
+            "Record an ingress verdict", body=Audit, answers={201: None}, errors=(400, 404, 422)
+        ),
+        ("reaper", "POST"): _op("Re-issue commands whose lease expired (scheduled)"),
+        ("outbox_relay", "GET"): _op("This instance's outbox relay counters"),
+        ("sweep", "POST"): _op("Publish what the outbox relay left (scheduled)"),
+        ("spool_events.record_spool_events", "POST"): _op(
+            "Record spool events (the ingress and the drainer)", body=SpoolEventsIn, errors=(400, 422)
+        ),
+        ("runtime_events.record_runtime_events", "POST"): _op(
+            "Record a subscription runtime's events", body=RuntimeEventsIn, errors=(400, 404, 409, 422)
+        ),
+        **_REPLAY,
+    },
+)
+
+FRAMES = RoleContract(
+    title="NoETL Cloud frames",
+    description="Stage and frame leases: claim, heartbeat, commit; the reaper. Every /api/ route needs a "
+    "Google ID token of an allowed caller (locally NOETL_INTERNAL_API_TOKEN).",
+    secured_prefixes=("/api/",),
+    operations={
+        **_HEALTH,
+        **_OPENAPI,
+        ("claim", "POST"): _op("Claim frames of a stage", body=ClaimRequest, errors=(400, 404, 409, 422)),
+        ("get_stage", "GET"): _op("A stage", errors=(404,)),
+        ("heartbeat", "POST"): _op("Extend a frame's lease", body=HeartbeatRequest, errors=(400, 404, 409, 422)),
+        ("commit", "POST"): _op("Commit a frame", body=CommitRequest, errors=(400, 404, 409, 422)),
+        ("commit_many", "POST"): _op("Commit frames of a stage", body=BatchCommitRequest, errors=(400, 404, 409, 422)),
+        ("reap", "POST"): _op("Release expired frame leases (scheduled)"),
+        ("metrics", "GET"): _op("Backlog gauges (Prometheus text)", text=True, secured=False),
+    },
+)
+
+PROJECTOR = RoleContract(
+    title="NoETL Cloud projector",
+    description="The push endpoint of noetl-events (POST /, a Pub/Sub push with its OIDC token; locally a "
+    "bearer or ?token=), projection status, replay. /api/ routes need an internal caller's token.",
+    secured_prefixes=("/api/", "/"),
+    security=("bearer", "push_token"),
+    operations={
+        **_HEALTH,
+        **_OPENAPI,
+        ("push", "POST"): _op("Fold the execution of a pushed event", body=PushEnvelope, errors=_PUSH_ERRORS),
+        ("status", "GET"): _op(
+            "Projection status (of one execution with ?execution_id)",
+            query=(Query("execution_id", _ID),),
+            errors=(400, 404),
+        ),
+        ("catch_up", "POST"): _op("Fold executions whose projection is behind (scheduled)"),
+        **_REPLAY,
+    },
+)
+
+WORKER = RoleContract(
+    title="NoETL Cloud worker",
+    description="The push endpoint of a noetl-commands-<pool> subscription: claims, runs and reports one command. "
+    "A Pub/Sub push with its OIDC token; locally a bearer or ?token=.",
+    secured_prefixes=("/",),
+    security=("bearer", "push_token"),
+    operations={
+        **_HEALTH,
+        **_OPENAPI,
+        ("push", "POST"): _op("Run a pushed command notification", body=PushEnvelope, errors=_PUSH_ERRORS),
+    },
+)
+
+INGRESS = RoleContract(
+    title="NoETL Cloud ingress",
+    description="The public edge: POST /ingress/{listener} verifies a delivery with the listener's scheme "
+    "(HMAC, Standard Webhooks, Stripe, GitHub, bearer, Pub/Sub OIDC), then starts an execution or spools it. "
+    "Its credentials are per listener, not an OpenAPI security scheme.",
+    security=(),
+    operations={
+        **_HEALTH,
+        **_OPENAPI,
+        ("receive", "POST"): _op(
+            "A delivery to a listener",
+            raw_body="application/json",
+            query=(Query("token", {"type": "string"}, description="for listeners verified by a query token"),),
+            answers={200: None, 202: None},
+            errors=(400, 401, 403, 404, 413, 429, 503),
+        ),
+        ("metrics", "GET"): _op("Delivery counters (Prometheus text)", text=True),
+    },
+)
+
+SPOOL_DRAINER = RoleContract(
+    title="NoETL Cloud spool drainer",
+    description="Ordered replay of spooled deliveries (scheduled, and when a circuit closes). /drain and /api/ "
+    "need an internal caller's token.",
+    secured_prefixes=("/drain", "/api/"),
+    operations={
+        **_HEALTH,
+        **_OPENAPI,
+        ("drain", "POST"): _op("Drain the spool of one or every subscription", body=DrainRequest, body_required=False),
+    },
+)
+
+SUBSCRIPTION_RUNTIME = RoleContract(
+    title="NoETL Cloud subscription runtime (health)",
+    description="The health server of a pull subscription runtime (a private Cloud Run service).",
+    security=(),
+    operations={
+        **_HEALTH,
+        **_OPENAPI,
+        ("readyz", "GET"): _op("Ready once the subscription is held and flowing", errors=(503,)),
+        ("status", "GET"): _op("The runtime's phase and counters"),
+        ("metrics_text", "GET"): _op("Counters (Prometheus text)", text=True),
+    },
+)
+
+CONTRACTS: dict[str, RoleContract] = {
+    "execute": EXECUTE,
+    "frames": FRAMES,
+    "projector": PROJECTOR,
+    "worker": WORKER,
+    "ingress": INGRESS,
+    "spool_drainer": SPOOL_DRAINER,
+    "subscription_runtime": SUBSCRIPTION_RUNTIME,
+}
+
+SECURITY_SCHEMES: dict[str, Any] = {
+    "bearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "A Google ID token of an allowed service account; locally the stack's token.",
+    },
+    "push_token": {
+        "type": "apiKey",
+        "in": "query",
+        "name": "token",
+        "description": "Locally, the emulator's push carries the push token in the endpoint's query.",
+    },
+}
