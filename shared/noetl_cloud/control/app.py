@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import DBAPIError
 
 from noetl_cloud.auth.internal import InternalAuth, install
-from noetl_cloud.control import runtime_events, spool_events
+from noetl_cloud.control import executions_api, runtime_events, spool_events
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import BatchRequest, ExecuteRequest
 from noetl_cloud.control.reports import WorkerRef, WorkerReport
@@ -135,15 +135,6 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
             "results": [r.public() for r in results],
         }
 
-    @app.get("/api/executions/<int:execution_id>")
-    def get_execution(execution_id: int) -> dict[str, Any]:
-        return plane.executions.get(execution_id)
-
-    @app.get("/api/executions/<int:execution_id>/events")
-    def execution_events(execution_id: int) -> dict[str, Any]:
-        events = plane.executions.events_of(execution_id)
-        return {"execution_id": str(execution_id), "events": [e.model_dump(mode="json") for e in events]}
-
     @app.post("/api/executions/<int:execution_id>/cancel")
     def cancel_execution(execution_id: int) -> dict[str, Any]:
         body = json_body(Cancel) if request.content_length else Cancel()
@@ -229,6 +220,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         )
     )
     app.register_blueprint(replay_api.blueprint(lambda: plane.replay))
+    app.register_blueprint(executions_api.blueprint(lambda: plane.execution_queries, lambda: plane.executions))
     return app
 
 
