@@ -14,6 +14,7 @@ from flask import Flask, Response, g, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import DBAPIError
 
+from noetl_cloud import console
 from noetl_cloud.auth.internal import InternalAuth, install
 from noetl_cloud.control import executions_api, runtime_events, spool_events
 from noetl_cloud.control.bootstrap import ControlPlane
@@ -79,6 +80,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     settings = plane.settings
     app = create_app("execute", settings)
     install(app, auth)
+    install(app, auth, prefix="/console/")  # the operators' console (docs/console.md): the same callers
 
     @app.errorhandler(DBAPIError)
     def _database_error(exc: DBAPIError) -> tuple[Response, int]:
@@ -221,6 +223,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     )
     app.register_blueprint(replay_api.blueprint(lambda: plane.replay))
     app.register_blueprint(executions_api.blueprint(lambda: plane.execution_queries, lambda: plane.executions))
+    app.register_blueprint(console.blueprint())
     return app
 
 

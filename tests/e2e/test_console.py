@@ -1,0 +1,191 @@
+"""The web console in a real headless Chromium (the distribution's, ``make test`` installs it) against the
+local stack's control plane: the list and its filters, an execution's timeline and waterfall, the follow
+mode, and the internal auth in front of it. Every test fails if the page shows an error, throws, or logs
+one to its console.
+
+Screenshots go to ``CONSOLE_SCREENSHOTS`` when it is set (docs/console.md shows them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from noetl_cloud.web.client import ApiClient
+
+WORK = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: work
+  path: console/work
+workload:
+  fail: false
+  pause: 0
+workflow:
+  - step: start
+    tool:
+      kind: python
+      args: { fail: "{{ workload.fail }}", pause: "{{ workload.pause }}" }
+      code: |
+        def main(fail, pause):
+            import time
+            time.sleep(float(pause))
+            if fail:
+                raise RuntimeError("asked to fail")
+            return {"slept": pause}
+    next:
+      spec: {mode: exclusive}
+      arcs:
+        - step: end
+  - step: end
+    tool:
+      kind: noop
+"""
+WAIT_MS = 60_000
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.fail("no chromium on PATH: `make test` installs it (bash local/prerequisites.sh --browser)")
+    return found
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium(), headless=True, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def work(stack_api: ApiClient) -> ApiClient:
+    stack_api.post("/api/catalog", json={"content": WORK}).raise_for_error()
+    return stack_api
+
+
+def start(api: ApiClient, path: str = "console/work", **workload: Any) -> str:
+    body = {"path": path, "workload": workload}
+    return str(api.post("/api/execute", json=body).raise_for_error().json["execution_id"])
+
+
+@pytest.fixture
+def page(browser: Browser, stack_env: dict[str, str]) -> Iterator[Page]:
+    context = browser.new_context(
+        base_url=stack_env["NOETL_API_URL"],
+        extra_http_headers={"Authorization": f"Bearer {stack_env['NOETL_INTERNAL_API_TOKEN']}"},
+        viewport={"width": 1280, "height": 860},
+    )
+    opened = context.new_page()
+    problems: list[str] = []
+    opened.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    opened.on(
+        "console", lambda msg: problems.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None
+    )
+    opened.on("response", lambda r: problems.append(f"{r.status} from {r.url}") if r.status >= 400 else None)
+    yield opened
+    shown = opened.locator("#error")
+    if shown.is_visible():
+        problems.append(f"the page shows an error: {shown.text_content()}")
+    context.close()
+    assert problems == []
+
+
+def screenshot(page: Page, name: str) -> None:
+    folder = os.environ.get("CONSOLE_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+def test_the_console_is_behind_the_internal_auth(stack_env: dict[str, str]) -> None:
+    base = stack_env["NOETL_API_URL"]
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{base}/console/", timeout=10)  # noqa: S310 - the stack's http URL
+    assert refused.value.code == 401
+    token = stack_env["NOETL_INTERNAL_API_TOKEN"]
+    request = urllib.request.Request(f"{base}/console/", headers={"Authorization": f"Bearer {token}"})  # noqa: S310
+    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - the stack's http URL
+        assert answer.status == 200 and b"<title>NoETL Cloud console</title>" in answer.read()
+        assert "script-src 'self'" in answer.headers["Content-Security-Policy"]
+
+
+def test_the_list_shows_executions_newest_first_and_filters_them(page: Page, work: ApiClient) -> None:
+    done, failed = start(work), start(work, fail=True)
+    page.goto("/console/")
+    rows = page.locator("#executions tbody tr")
+    expect(page.locator(f'tr[data-execution-id="{failed}"]')).to_be_visible(timeout=WAIT_MS)
+    expect(page.locator(f'tr[data-execution-id="{done}"]')).to_be_visible()
+    order = rows.evaluate_all("rows => rows.map(r => r.dataset.executionId)")
+    assert order.index(failed) < order.index(done)  # newest first
+    expect(page.locator(f'tr[data-execution-id="{failed}"] .status')).to_have_text("failed", timeout=WAIT_MS)
+    expect(page.locator(f'tr[data-execution-id="{done}"] .status')).to_have_text("completed", timeout=WAIT_MS)
+    screenshot(page, "executions")
+
+    page.select_option("#filters select[name=status]", "failed")
+    page.fill("#filters input[name=path]", "console/work")
+    page.click("#filters button[type=submit]")
+    expect(page).to_have_url("/console/#/?status=failed&path=console%2Fwork", timeout=WAIT_MS)
+    expect(page.locator(f'tr[data-execution-id="{done}"]')).to_have_count(0, timeout=WAIT_MS)
+    expect(page.locator(f'tr[data-execution-id="{failed}"]')).to_be_visible()
+    statuses = page.locator("#executions tbody tr").evaluate_all("rows => rows.map(r => r.dataset.status)")
+    assert statuses and set(statuses) == {"failed"}
+
+
+def test_the_list_updates_live_when_an_execution_starts(page: Page, work: ApiClient) -> None:
+    page.goto("/console/#/?path=console/work")
+    expect(page.locator("#executions")).to_have_attribute("data-loaded", "true", timeout=WAIT_MS)
+    fresh = start(work)
+    expect(page.locator(f'tr[data-execution-id="{fresh}"]')).to_be_visible(timeout=WAIT_MS)
+
+
+def test_an_execution_page_follows_it_to_its_end_with_timeline_and_waterfall(page: Page, work: ApiClient) -> None:
+    eid = start(work, pause=1.5)
+    page.goto(f"/console/#/executions/{eid}")
+    expect(page.locator("#execution-id")).to_have_text(eid)
+    expect(page.locator('#timeline tr[data-event-type="playbook.started"]')).to_have_count(1, timeout=WAIT_MS)
+    expect(page.locator('#timeline tr[data-event-type="playbook.completed"]')).to_have_count(1, timeout=WAIT_MS)
+    expect(page.locator("#execution-status")).to_have_text("completed", timeout=WAIT_MS)
+    expect(page.locator("#timeline")).to_have_attribute("data-ended", "true", timeout=WAIT_MS)
+    types = page.locator("#timeline tbody tr.event").evaluate_all("rows => rows.map(r => r.dataset.eventType)")
+    api_types = [e["event_type"] for e in work.get(f"/api/executions/{eid}/events").json["events"]]
+    assert types == api_types  # every event once, in log order, though most arrived by the long poll
+    expect(page.locator('#waterfall .row[data-span="start"]')).to_have_count(1)
+    expect(page.locator('#waterfall .row[data-span="end"]')).to_have_count(1)
+    expect(page.locator('#waterfall .row[data-span="start"] .bar')).to_have_class("bar ok")
+
+    page.locator('#timeline tr[data-event-type="task.done"]').first.click()
+    expect(page.locator("#timeline tr.payload pre")).to_contain_text('"slept": 1.5')
+    screenshot(page, "execution")
+
+
+def test_a_failed_execution_shows_its_error_and_its_failed_step(page: Page, work: ApiClient) -> None:
+    eid = start(work, fail=True)
+    page.goto(f"/console/#/executions/{eid}")
+    expect(page.locator("#execution-status")).to_have_text("failed", timeout=WAIT_MS)
+    expect(page.locator("#execution-error")).to_contain_text("asked to fail", timeout=WAIT_MS)
+    expect(page.locator('#waterfall .row[data-span="start"] .bar')).to_have_class("bar error", timeout=WAIT_MS)
+    screenshot(page, "failed-execution")
+
+
+def test_an_unknown_execution_is_an_error_on_the_page(browser: Browser, stack_env: dict[str, str]) -> None:
+    context = browser.new_context(
+        base_url=stack_env["NOETL_API_URL"],
+        extra_http_headers={"Authorization": f"Bearer {stack_env['NOETL_INTERNAL_API_TOKEN']}"},
+    )
+    try:
+        page = context.new_page()
+        page.goto("/console/#/executions/12345")
+        expect(page.locator("#error")).to_contain_text("execution_not_found", timeout=WAIT_MS)
+    finally:
+        context.close()
