@@ -14,13 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from noetl_cloud.errors import BadRequest, ConfigError, Unavailable
-from noetl_cloud.web.client import ApiClient, google_id_token_source, static_token
+from noetl_cloud.web.client import ApiClient, TokenSource, google_id_token_source, static_token
 
 ENDED = ("completed", "failed", "cancelled")
 
 
 def api_from_env(env: Mapping[str, str], url: str | None = None) -> ApiClient:
     """The API client ``noetl-cloud execute`` uses."""
+    base, source = credentials_from_env(env, url)
+    return ApiClient(base, token_source=source, timeout_s=30)
+
+
+def credentials_from_env(env: Mapping[str, str], url: str | None = None) -> tuple[str, TokenSource]:
+    """The control plane's URL and the token source of the operator's commands (and the console proxy)."""
     base = url or env.get("NOETL_API_URL")
     if not base:
         raise ConfigError(
@@ -28,7 +34,7 @@ def api_from_env(env: Mapping[str, str], url: str | None = None) -> ApiClient:
         )
     token = env.get("NOETL_INTERNAL_API_TOKEN")
     source = static_token(token) if token else google_id_token_source(env.get("NOETL_INTERNAL_API_AUDIENCE") or base)
-    return ApiClient(base, token_source=source, timeout_s=30)
+    return base, source
 
 
 def catalog_path(api: ApiClient, target: str) -> str:

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from noetl_cloud.web.client import ApiClient
+from noetl_cloud.console.proxy import ConsoleProxy
+from noetl_cloud.web.client import ApiClient, static_token
 
 WORK = """\
 apiVersion: noetl.io/v2
@@ -79,6 +80,22 @@ def start(api: ApiClient, path: str = "console/work", **workload: Any) -> str:
     return str(api.post("/api/execute", json=body).raise_for_error().json["execution_id"])
 
 
+def watch(page: Page) -> list[str]:
+    """What goes wrong on ``page``: uncaught errors, console errors, 4xx/5xx answers."""
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("response", lambda r: problems.append(f"{r.status} from {r.url}") if r.status >= 400 else None)
+    return problems
+
+
+def check(page: Page, problems: list[str]) -> None:
+    shown = page.locator("#error")
+    if shown.is_visible():
+        problems.append(f"the page shows an error: {shown.text_content()}")
+    assert problems == []
+
+
 @pytest.fixture
 def page(browser: Browser, stack_env: dict[str, str]) -> Iterator[Page]:
     context = browser.new_context(
@@ -87,18 +104,19 @@ def page(browser: Browser, stack_env: dict[str, str]) -> Iterator[Page]:
         viewport={"width": 1280, "height": 860},
     )
     opened = context.new_page()
-    problems: list[str] = []
-    opened.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
-    opened.on(
-        "console", lambda msg: problems.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None
-    )
-    opened.on("response", lambda r: problems.append(f"{r.status} from {r.url}") if r.status >= 400 else None)
+    problems = watch(opened)
     yield opened
-    shown = opened.locator("#error")
-    if shown.is_visible():
-        problems.append(f"the page shows an error: {shown.text_content()}")
-    context.close()
-    assert problems == []
+    try:
+        check(opened, problems)
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def proxy(stack_env: dict[str, str]) -> Iterator[ConsoleProxy]:
+    started = ConsoleProxy(stack_env["NOETL_API_URL"], static_token(stack_env["NOETL_INTERNAL_API_TOKEN"])).start()
+    yield started
+    started.close()
 
 
 def screenshot(page: Page, name: str) -> None:
@@ -189,3 +207,38 @@ def test_an_unknown_execution_is_an_error_on_the_page(browser: Browser, stack_en
         expect(page.locator("#error")).to_contain_text("execution_not_found", timeout=WAIT_MS)
     finally:
         context.close()
+
+
+def test_through_the_proxy_a_browser_without_credentials_opens_the_console(
+    browser: Browser, proxy: ConsoleProxy, work: ApiClient
+) -> None:
+    eid = start(work)
+    context = browser.new_context(base_url=f"http://127.0.0.1:{proxy.port}")
+    try:
+        opened = context.new_page()
+        problems = watch(opened)
+        opened.goto("/console")  # the control plane's redirect to /console/ passes through
+        opened.locator(f'tr[data-execution-id="{eid}"] a').click(timeout=WAIT_MS)
+        expect(opened.locator("#execution-status")).to_have_text("completed", timeout=WAIT_MS)
+        check(opened, problems)
+    finally:
+        context.close()
+
+
+def test_the_proxy_forwards_reads_of_its_loopback_host_only(proxy: ConsoleProxy) -> None:
+    base = f"http://127.0.0.1:{proxy.port}"
+
+    def status(path: str, method: str = "GET", host: str | None = None) -> int:
+        headers = {"Host": host} if host else {}
+        request = urllib.request.Request(base + path, method=method, headers=headers)  # noqa: S310
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 - the proxy's http URL
+                return int(answer.status)
+        except urllib.error.HTTPError as refused:
+            return refused.code
+
+    assert status("/api/executions?limit=1") == 200
+    assert status("/api/executions?status=running") == 400  # the API's answer, passed through
+    assert status("/api/executions", method="POST") == 405
+    assert status("/healthz") == 404
+    assert status("/api/executions?limit=1", host=f"rebound.example:{proxy.port}") == 403
