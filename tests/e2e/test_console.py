@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -185,6 +186,46 @@ def test_an_execution_page_follows_it_to_its_end_with_timeline_and_waterfall(pag
     page.locator('#timeline tr[data-event-type="task.done"]').first.click()
     expect(page.locator("#timeline tr.payload pre")).to_contain_text('"slept": 1.5')
     screenshot(page, "execution")
+
+
+def test_time_travel_shows_the_replayed_state_at_the_cutoff_and_verifies_parity(
+    page: Page, work: ApiClient, stack_env: dict[str, str]
+) -> None:
+    eid = start(work)
+    page.goto(f"/console/#/executions/{eid}")
+    expect(page.locator("#timeline")).to_have_attribute("data-ended", "true", timeout=WAIT_MS)
+    status = page.locator('#replay-summary dd[data-field="Status"]')
+    expect(status).to_have_text("completed", timeout=WAIT_MS)  # the slider starts at the last event
+    expect(page.locator("#replay-commands tbody tr")).to_have_count(2)
+
+    slider = page.locator("#cutoff")
+    slider.focus()
+    page.keyboard.press("Home")  # the first event: playbook.started
+    expect(page.locator("#cutoff-label")).to_contain_text("playbook.started")
+    expect(status).to_have_text("running", timeout=WAIT_MS)
+    expect(page.locator("#replay-commands tbody tr")).to_have_count(0)
+    first = page.locator("#time-travel").get_attribute("data-cutoff")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")  # step.started, command.issued: one command, issued
+    expect(page.locator('#replay-commands tbody tr[data-command-status="issued"]')).to_have_count(1, timeout=WAIT_MS)
+    assert page.locator("#time-travel").get_attribute("data-cutoff") != first
+
+    projector_caught_up(work, stack_env, eid)
+    page.click("#verify")
+    expect(page.locator("#verify-result.parity-ok")).to_contain_text("parity ok", timeout=WAIT_MS)
+    screenshot(page, "time-travel")
+
+
+def projector_caught_up(api: ApiClient, env: dict[str, str], eid: str) -> None:
+    """Wait (bounded) until the projector folded every event of ``eid``: parity is then a property to
+    verify, not a race with the projector's lag."""
+    query = f"tenant_id=default&organization_id=default&execution_id={eid}"
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while time.monotonic() < deadline:
+        if api.get(f"/api/replay/verify?{query}").raise_for_error().json["ok"]:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the projector did not catch up with execution {eid}")
 
 
 def test_a_failed_execution_shows_its_error_and_its_failed_step(page: Page, work: ApiClient) -> None:

@@ -266,6 +266,8 @@ class ExecutionQueries:
         last = events[-1]["event_id"] if events else (str(after) if after is not None else None)
         return {
             "execution_id": str(execution_id),
+            "tenant_id": tenant,
+            "organization_id": org,
             "status": status,
             "ended": status in ENDED,
             "events": events,
