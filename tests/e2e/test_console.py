@@ -250,8 +250,8 @@ def test_an_unknown_execution_is_an_error_on_the_page(browser: Browser, stack_en
         context.close()
 
 
-def test_through_the_proxy_a_browser_without_credentials_opens_the_console(
-    browser: Browser, proxy: ConsoleProxy, work: ApiClient
+def test_through_the_proxy_a_browser_without_credentials_opens_the_console_and_acts(
+    browser: Browser, proxy: ConsoleProxy, work: ApiClient, hook: dict[str, Any]
 ) -> None:
     eid = start(work)
     context = browser.new_context(base_url=f"http://127.0.0.1:{proxy.port}")
@@ -261,17 +261,28 @@ def test_through_the_proxy_a_browser_without_credentials_opens_the_console(
         opened.goto("/console")  # the control plane's redirect to /console/ passes through
         opened.locator(f'tr[data-execution-id="{eid}"] a').click(timeout=WAIT_MS)
         expect(opened.locator("#execution-status")).to_have_text("completed", timeout=WAIT_MS)
+        opened.goto("/console/#/subscriptions")  # a POST through the proxy: the console's own Origin
+        row = opened.locator('#subscriptions tr[data-subscription-path="console/hook"]')
+        row.locator('button[data-action="pause"]').click(timeout=WAIT_MS)
+        expect(row.locator(".status")).to_have_text("paused", timeout=WAIT_MS)
+        row.locator('button[data-action="resume"]').click()
+        expect(row.locator(".status")).to_have_text("active", timeout=WAIT_MS)
         check(opened, problems)
     finally:
         context.close()
 
 
-def test_the_proxy_forwards_reads_of_its_loopback_host_only(proxy: ConsoleProxy) -> None:
+def test_the_proxy_forwards_its_loopback_host_only_and_posts_of_the_console_only(proxy: ConsoleProxy) -> None:
     base = f"http://127.0.0.1:{proxy.port}"
 
-    def status(path: str, method: str = "GET", host: str | None = None) -> int:
+    def status(path: str, method: str = "GET", host: str | None = None, origin: str | None = None) -> int:
         headers = {"Host": host} if host else {}
-        request = urllib.request.Request(base + path, method=method, headers=headers)  # noqa: S310
+        if origin:
+            headers["Origin"] = origin
+        data = b"{}" if method == "POST" else None
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(base + path, data=data, method=method, headers=headers)  # noqa: S310
         try:
             with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 - the proxy's http URL
                 return int(answer.status)
@@ -280,6 +291,54 @@ def test_the_proxy_forwards_reads_of_its_loopback_host_only(proxy: ConsoleProxy)
 
     assert status("/api/executions?limit=1") == 200
     assert status("/api/executions?status=running") == 400  # the API's answer, passed through
-    assert status("/api/executions", method="POST") == 405
+    assert status("/api/subscriptions/1/pause", method="POST") == 403  # no Origin: not the console
+    assert status("/api/subscriptions/1/pause", method="POST", origin="https://elsewhere.example") == 403
+    assert status("/api/subscriptions/1/pause", method="POST", origin=base) == 404  # forwarded: no such subscription
+    assert status("/api/executions", method="DELETE") == 405
     assert status("/healthz") == 404
     assert status("/api/executions?limit=1", host=f"rebound.example:{proxy.port}") == 403
+
+
+SUBSCRIPTION = """\
+apiVersion: noetl.io/v1
+kind: Subscription
+metadata: {name: console-hook, path: console/hook}
+spec:
+  source: webhook
+  mode: push
+  ingress:
+    gateway_path: /ingress/console-hook
+    verify: {type: standard_webhooks, secret: demo_standard_secret, tolerance_s: 300}
+  dispatch: {playbook: console/work, payload_from: message.json}
+"""
+
+
+@pytest.fixture(scope="module")
+def hook(work: ApiClient) -> dict[str, Any]:
+    """An active subscription of the console's own (console/hook)."""
+    work.post("/api/catalog", json={"content": SUBSCRIPTION}).raise_for_error()
+    view: dict[str, Any] = (
+        work.post("/api/subscriptions/register", json={"path": "console/hook"}).raise_for_error().json
+    )
+    if view["state"] == "registered":
+        view = work.post(f"/api/subscriptions/{view['subscription_id']}/activate").raise_for_error().json
+    elif view["state"] == "paused":
+        view = work.post(f"/api/subscriptions/{view['subscription_id']}/resume").raise_for_error().json
+    return view
+
+
+def test_subscriptions_show_their_state_and_pause_and_resume(page: Page, hook: dict[str, Any], work: ApiClient) -> None:
+    page.goto("/console/#/subscriptions")
+    row = page.locator('#subscriptions tr[data-subscription-path="console/hook"]')
+    expect(row.locator(".status")).to_have_text("active", timeout=WAIT_MS)
+    row.locator('button[data-action="pause"]').click()
+    expect(row.locator(".status")).to_have_text("paused", timeout=WAIT_MS)
+    state = work.get(f"/api/subscriptions/{hook['subscription_id']}").raise_for_error().json["state"]
+    assert state == "paused"
+    screenshot(page, "subscriptions")
+    row.locator('button[data-action="resume"]').click()
+    expect(row.locator(".status")).to_have_text("active", timeout=WAIT_MS)
+    assert work.get(f"/api/subscriptions/{hook['subscription_id']}").raise_for_error().json["state"] == "active"
+    row.locator("a", has_text="executions").click()
+    expect(page).to_have_url("/console/#/?subscription=console%2Fhook", timeout=WAIT_MS)
+    expect(page.locator("#filters input[name=subscription]")).to_have_value("console/hook")

@@ -3,9 +3,10 @@
 A browser cannot put the stack's bearer token on the requests it makes for a page, so this proxy
 listens on ``127.0.0.1`` and forwards the console's requests (``GET`` of ``/console/...`` and
 ``/api/...``) to the control plane with the ``Authorization`` header of the operator's token source
-(the same as ``noetl-cloud execute`` uses). It forwards reads only, and only for a ``Host`` that names
-the loopback address it listens on (a web page cannot make the browser send its requests here by DNS
-rebinding and read the API's answers).
+(the same as ``noetl-cloud execute`` uses). It serves only a ``Host`` that names the loopback address it
+listens on (a web page cannot use it through DNS rebinding), and forwards a ``POST`` (the console's
+subscription actions) only with a JSON body and an ``Origin`` of its own: another site's page cannot make
+the operator's browser act through it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ FORWARDED_HEADERS = (
     "Location",
     "X-Request-Id",
 )
+#: The largest body a POST may carry (the console's actions are a few bytes of JSON).
+MAX_BODY = 64 * 1024
 #: The long poll of the events holds a request up to 25 s: the upstream read timeout outlasts it.
 READ_TIMEOUT_S = 40.0
 
@@ -62,14 +65,12 @@ class ConsoleProxy:
         """The ``Host`` headers a request may carry: the loopback names of this port."""
         return frozenset(f"{name}:{self.port}" for name in ("127.0.0.1", "localhost"))
 
-    def forward(self, path: str) -> tuple[int, dict[str, str], bytes]:
-        """``GET path`` on the control plane with credentials; its status, headers and body."""
-        answer = self._http.request(
-            "GET",
-            self.api_url + path,
-            headers={"Authorization": f"Bearer {self._token()}", "Accept": "*/*"},
-            redirect=False,
-        )
+    def forward(self, path: str, method: str = "GET", body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+        """``method path`` on the control plane with credentials; its status, headers and body."""
+        headers = {"Authorization": f"Bearer {self._token()}", "Accept": "*/*"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        answer = self._http.request(method, self.api_url + path, body=body, headers=headers, redirect=False)
         headers = {name: answer.headers[name] for name in FORWARDED_HEADERS if name in answer.headers}
         return answer.status, headers, answer.data
 
@@ -102,18 +103,38 @@ class ConsoleProxy:
                 if not (self.path == "/console" or self.path.startswith(("/console/", "/api/"))):
                     self._answer(404, b"the proxy forwards /console/ and /api/ only\n")
                     return
+                self._forward("GET", None)
+
+            def do_POST(self) -> None:
+                origins = {f"http://{host}" for host in proxy.allowed_hosts()}
+                if (
+                    self.headers.get("Host", "") not in proxy.allowed_hosts()
+                    or self.headers.get("Origin") not in origins
+                ):
+                    self._answer(403, b"a POST must come from the console this proxy serves\n")
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                if not self.path.startswith("/api/") or self.headers.get_content_type() != "application/json":
+                    self._answer(415, b"the proxy forwards JSON POSTs to /api/ only\n")
+                    return
+                if length > MAX_BODY:
+                    self._answer(413, b"body too large\n")
+                    return
+                self._forward("POST", self.rfile.read(length))
+
+            def _forward(self, method: str, body: bytes | None) -> None:
                 try:
-                    status, headers, body = proxy.forward(self.path)
+                    status, headers, answer = proxy.forward(self.path, method, body)
                 except (urllib3.exceptions.HTTPError, OSError) as exc:
                     log.warning("console proxy: the control plane did not answer (%s)", type(exc).__name__)
                     self._answer(502, b"the control plane did not answer\n")
                     return
-                self._answer(status, body, headers)
+                self._answer(status, answer, headers)
 
             def _refuse(self) -> None:
-                self._answer(405, b"the console proxy forwards reads (GET) only\n", {"Allow": "GET"})
+                self._answer(405, b"the console proxy forwards GET and POST only\n", {"Allow": "GET, POST"})
 
-            do_POST = do_PUT = do_PATCH = do_DELETE = _refuse
+            do_PUT = do_PATCH = do_DELETE = _refuse
 
             def _answer(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
                 self.send_response(status)

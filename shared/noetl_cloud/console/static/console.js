@@ -40,19 +40,26 @@
     box.textContent = "";
   }
 
-  async function api(path, signal) {
-    const response = await fetch(path, { headers: { Accept: "application/json" }, credentials: "same-origin", signal });
-    let body = null;
+  async function api(path, signal, body) {
+    const init = { headers: { Accept: "application/json" }, credentials: "same-origin", signal };
+    if (body !== undefined) {
+      init.method = "POST";
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    const response = await fetch(path, init);
+    let answer = null;
     try {
-      body = await response.json();
+      answer = await response.json();
     } catch (_) {
-      body = null;
+      answer = null;
     }
     if (!response.ok) {
-      const detail = body && body.error ? `${body.error.code}: ${body.error.message}` : `HTTP ${response.status}`;
+      const error = answer && answer.error;
+      const detail = error ? `${error.code}: ${error.message}` : `HTTP ${response.status}`;
       throw new ApiError(`${path.split("?")[0]} answered ${detail}`);
     }
-    return body;
+    return answer;
   }
 
   function failed(error) {
@@ -427,6 +434,54 @@
     };
   }
 
+  // -- subscriptions: lifecycle state and actions ----------------------------------------------
+
+  const LIFECYCLE = { active: ["pause", "drain"], paused: ["resume", "drain"], registered: ["activate"] };
+
+  function showSubscriptions() {
+    const controller = new AbortController();
+    const body = $("#subscriptions tbody");
+
+    async function act(item, action) {
+      const path = `/api/subscriptions/${item.subscription_id}/${action}`;
+      await api(path, controller.signal, { expected_version: item.version });
+      await load();
+    }
+
+    function row(item) {
+      const actions = el("td", { class: "actions" });
+      for (const action of LIFECYCLE[item.state] || []) {
+        const button = el("button", { type: "button", "data-action": action, text: action });
+        button.onclick = () => {
+          // Draining ends the subscription's intake for good (it ends deactivated): ask first.
+          if (action === "drain" && !window.confirm(`Drain ${item.path}? It stops taking messages and ends deactivated.`)) return;
+          act(item, action).catch(failed);
+        };
+        actions.append(button);
+      }
+      const executions = el("a", { href: `#/?${new URLSearchParams({ subscription: item.path })}`, text: "executions" });
+      return el(
+        "tr",
+        { "data-subscription-path": item.path, "data-state": item.state },
+        el("td", { text: item.path }),
+        el("td", {}, statusBadge(item.state)),
+        el("td", { text: String(item.version) }),
+        el("td", { class: "mono", text: shortTime(item.updated_at) }),
+        actions,
+        el("td", {}, executions),
+      );
+    }
+
+    async function load() {
+      const answer = await api("/api/subscriptions", controller.signal);
+      clearError();
+      body.replaceChildren(...answer.items.map(row));
+    }
+
+    load().catch(failed);
+    return { stop: () => controller.abort() };
+  }
+
   // -- routing ---------------------------------------------------------------------------------
 
   function route() {
@@ -434,9 +489,13 @@
     clearError();
     const hash = location.hash || "#/";
     const match = hash.match(/^#\/executions\/(\d{1,19})$/);
-    $("#executions-view").hidden = Boolean(match);
+    const subscriptions = hash === "#/subscriptions";
+    $("#executions-view").hidden = Boolean(match) || subscriptions;
     $("#execution-view").hidden = !match;
-    view = match ? showExecution(match[1]) : showList();
+    $("#subscriptions-view").hidden = !subscriptions;
+    if (match) view = showExecution(match[1]);
+    else if (subscriptions) view = showSubscriptions();
+    else view = showList();
   }
 
   window.addEventListener("hashchange", route);
