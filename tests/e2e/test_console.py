@@ -228,13 +228,22 @@ def projector_caught_up(api: ApiClient, env: dict[str, str], eid: str) -> None:
     pytest.fail(f"the projector did not catch up with execution {eid}")
 
 
-def test_a_failed_execution_shows_its_error_and_its_failed_step(page: Page, work: ApiClient) -> None:
+def test_a_failed_execution_shows_its_error_and_its_failed_step_and_is_rerun(page: Page, work: ApiClient) -> None:
     eid = start(work, fail=True)
     page.goto(f"/console/#/executions/{eid}")
     expect(page.locator("#execution-status")).to_have_text("failed", timeout=WAIT_MS)
     expect(page.locator("#execution-error")).to_contain_text("asked to fail", timeout=WAIT_MS)
     expect(page.locator('#waterfall .row[data-span="start"] .bar')).to_have_class("bar error", timeout=WAIT_MS)
     screenshot(page, "failed-execution")
+
+    page.click("#rerun")  # a new execution with the same input: it fails the same way
+    expect(page).not_to_have_url(f"/console/#/executions/{eid}", timeout=WAIT_MS)
+    expect(page.locator("#execution-summary a", has_text=eid)).to_be_visible(timeout=WAIT_MS)  # "Re-run of"
+    expect(page.locator("#execution-status")).to_have_text("failed", timeout=WAIT_MS)
+    rerun = page.locator("#execution-id").text_content()
+    assert rerun and rerun != eid
+    detail = work.get(f"/api/executions/{rerun}").raise_for_error().json
+    assert detail["meta"]["rerun_of"] == eid and detail["workload"]["fail"] is True
 
 
 def test_an_unknown_execution_is_an_error_on_the_page(browser: Browser, stack_env: dict[str, str]) -> None:

@@ -191,3 +191,22 @@ def test_follow_mode_of_an_ended_execution_answers_at_once(ready: FlaskClient, p
     plane.execution_queries._sleep = lambda _s: pytest.fail("an ended execution must not be waited on")
     body = ready.get(f"/api/executions/{eid}/events?after={last}&wait=20").get_json()
     assert body["events"] == [] and body["ended"] is True and body["next_after"] == last
+
+
+def test_rerun_starts_a_linked_execution_with_the_same_input_and_refuses_a_running_one(ready: FlaskClient) -> None:
+    eid = start(ready, "demo/alpha", payload={"n": 7}, execution_pool="iot", meta={"subscription_path": "subs/a"})
+    refused = ready.post(f"/api/executions/{eid}/rerun")
+    assert refused.status_code == 409 and refused.get_json()["error"]["code"] == "execution_not_ended"
+    ready.post(f"/api/executions/{eid}/cancel", json={})
+
+    answer = ready.post(f"/api/executions/{eid}/rerun")
+    assert answer.status_code == 202
+    new = answer.get_json()
+    assert new["rerun_of"] == eid and new["execution_id"] != eid and new["execution_pool"] == "iot"
+    detail = ready.get(f"/api/executions/{new['execution_id']}").get_json()
+    assert detail["meta"] == {"subscription_path": "subs/a", "rerun_of": eid}
+    assert detail["path"] == "demo/alpha" and detail["status"] == "started"
+    started = ready.get(f"/api/executions/{new['execution_id']}/events").get_json()["events"][0]
+    assert started["event_type"] == "playbook.started" and started["payload"]["workload"] == {"n": 7}
+    assert ready.get(f"/api/executions/{eid}").get_json()["status"] == "cancelled"  # the old one is unchanged
+    assert ready.post("/api/executions/12345/rerun").status_code == 404

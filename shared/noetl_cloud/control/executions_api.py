@@ -5,6 +5,8 @@
   ``until`` (ISO 8601 with an offset: ``since <= created_at < until``), ``limit`` (1-500, default 50) and
   ``cursor`` (the ``next_cursor`` of the previous page). Newest first, one statement a page.
 * ``GET /api/executions/{id}``: the execution's row (status, token state, error) and its event count.
+* ``POST /api/executions/{id}/rerun``: a new execution of the same playbook version with the same input,
+  linked by ``meta.rerun_of`` (:mod:`~noetl_cloud.control.reruns`); 409 ``execution_not_ended`` while it runs.
 * ``GET /api/executions/{id}/events``: its events in log order; ``after=<event_id>`` starts after one
   already seen; ``wait=<seconds>`` (at most 25) is the follow mode, a long poll that answers as soon as
   new events are appended or the execution ended. The answer's ``next_after`` is the ``after`` of the
@@ -23,6 +25,7 @@ from typing import Any
 
 from flask import Blueprint, request
 
+from noetl_cloud.control import reruns
 from noetl_cloud.control.execution_queries import MAX_WAIT_S, ExecutionQueries, parse_filters
 from noetl_cloud.control.executions import ExecutionService
 from noetl_cloud.errors import BadRequest
@@ -64,6 +67,10 @@ def blueprint(queries: Callable[[], ExecutionQueries], executions: Callable[[], 
     @bp.get("/api/executions/<int:execution_id>")
     def get_execution(execution_id: int) -> dict[str, Any]:
         return executions().get(execution_id)
+
+    @bp.post("/api/executions/<int:execution_id>/rerun")
+    def rerun_execution(execution_id: int) -> tuple[dict[str, Any], int]:
+        return reruns.rerun(executions(), queries(), execution_id), 202
 
     @bp.get("/api/executions/<int:execution_id>/events")
     def execution_events(execution_id: int) -> dict[str, Any]:

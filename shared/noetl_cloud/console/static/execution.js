@@ -8,6 +8,7 @@ const FOLLOW_WAIT_S = 20;
 const STEP_ENDS = { "step.done": "ok", "step.failed": "error", "step.denied": "error", "loop.done": "ok" };
 const COMMAND_ENDS = { "command.completed": "ok", "command.failed": "error" };
 const MAX_PREVIEW = 4000;
+const ENDED = ["completed", "failed", "cancelled"];
 
 function summaryItems(detail) {
   const items = [
@@ -33,9 +34,14 @@ function renderDetail(detail) {
     summary.append(el("dt", { text: "Parent" }));
     summary.append(el("dd", {}, el("a", { href: `#/executions/${detail.parent_execution_id}`, text: detail.parent_execution_id })));
   }
+  if (detail.meta && detail.meta.rerun_of) {
+    summary.append(el("dt", { text: "Re-run of" }));
+    summary.append(el("dd", {}, el("a", { href: `#/executions/${detail.meta.rerun_of}`, text: detail.meta.rerun_of })));
+  }
   for (const [label, value] of summaryItems(detail)) {
     summary.append(el("dt", { text: label }), el("dd", { text: value }));
   }
+  $("#rerun").hidden = !ENDED.includes(detail.status);
   const failure = $("#execution-error");
   failure.hidden = !detail.error;
   failure.textContent = detail.error ? JSON.stringify(detail.error, null, 2) : "";
@@ -171,6 +177,15 @@ export function showExecution(id) {
     $("#timeline").dataset.ended = "true";
   }
 
+  $("#rerun").hidden = true;
+  $("#rerun").onclick = async () => {
+    try {
+      const started = await api(`/api/executions/${id}/rerun`, controller.signal, {});
+      location.hash = `#/executions/${started.execution_id}`;
+    } catch (error) {
+      failed(error);
+    }
+  };
   run().catch(failed);
   return {
     stop() {
