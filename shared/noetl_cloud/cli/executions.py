@@ -11,13 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from noetl_cloud.cli.output import say
-from noetl_cloud.errors import BadRequest, Unavailable
+from noetl_cloud.errors import BadRequest
 
 if TYPE_CHECKING:
     from noetl_cloud.web.client import ApiClient
@@ -36,8 +35,6 @@ FILTERS = {
     "until": "until",
     "limit": "limit",
 }
-#: How long one long poll of ``tail`` waits (the API client's timeout, 30 s, outlasts it).
-WAIT_S = 20
 
 
 def add_parsers(sub: SubParsers) -> None:
@@ -129,34 +126,6 @@ def show_execution(args: argparse.Namespace) -> int:
     return 0
 
 
-def follow(
-    api: ApiClient,
-    execution_id: str,
-    emit: Callable[[dict[str, Any]], None],
-    *,
-    timeout_s: float,
-    clock: Callable[[], float] = time.monotonic,
-) -> str:
-    """Hand each event of the execution to ``emit`` as it is appended; its final status."""
-    deadline = clock() + timeout_s
-    after: str | None = None
-    while True:
-        query = {"wait": str(WAIT_S), **({"after": after} if after else {})}
-        body = api.get(f"/api/executions/{execution_id}/events?" + urllib.parse.urlencode(query)).raise_for_error()
-        answer = body.json
-        for event in answer["events"]:
-            emit(event)
-        after = answer["next_after"]
-        if answer["ended"] and not answer["more"]:
-            return str(answer["status"])
-        if clock() >= deadline:
-            raise Unavailable(
-                f"execution {execution_id} is still {answer['status']} after {timeout_s:g} s",
-                code="wait_timeout",
-                details={"execution_id": execution_id},
-            )
-
-
 def tail_execution(args: argparse.Namespace) -> int:
     from noetl_cloud import remote
 
@@ -166,6 +135,6 @@ def tail_execution(args: argparse.Namespace) -> int:
         say(json.dumps(event) if args.json else event_line(event))
 
     with remote.api_from_env(os.environ, args.api_url) as api:
-        status = follow(api, eid, emit, timeout_s=args.timeout)
+        status = remote.follow_events(api, eid, emit, timeout_s=args.timeout)
     say(f"execution {eid} {status}")
     return 0 if status == "completed" else 1
