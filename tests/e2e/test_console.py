@@ -234,6 +234,10 @@ def test_a_failed_execution_shows_its_error_and_its_failed_step_and_is_rerun(pag
     expect(page.locator("#execution-status")).to_have_text("failed", timeout=WAIT_MS)
     expect(page.locator("#execution-error")).to_contain_text("asked to fail", timeout=WAIT_MS)
     expect(page.locator('#waterfall .row[data-span="start"] .bar')).to_have_class("bar error", timeout=WAIT_MS)
+    bar = page.locator('#waterfall .row[data-span="start"] .bar').bounding_box()
+    track = page.locator('#waterfall .row[data-span="start"] .track').bounding_box()
+    assert bar and track and track["x"] <= bar["x"] and bar["x"] + bar["width"] <= track["x"] + track["width"] + 1
+    assert abs(bar["y"] - track["y"]) < 1 and bar["height"] <= track["height"]  # drawn inside its track
     screenshot(page, "failed-execution")
 
     page.click("#rerun")  # a new execution with the same input: it fails the same way
