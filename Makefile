@@ -34,8 +34,9 @@ down:
 status: $(STAMP)
 	$(BIN)/noetl-cloud local status
 
-## Every tier (unit, integration, e2e) against the real local stack.
-test: $(STAMP) prerequisites
+## Every tier (unit, integration, e2e) against the real local stack; the console's tests drive Chromium.
+test: $(STAMP)
+	@bash local/prerequisites.sh --browser  # what `prerequisites` installs, and chromium
 	$(BIN)/noetl-cloud local up --roles all
 	$(BIN)/pytest
 

@@ -2,9 +2,14 @@
 # Makes sure the machine has what the local stack runs on. Installs PostgreSQL's server binaries
 # and a Java runtime from the distribution when they are missing and we are root; the Google Cloud
 # CLI (with its Pub/Sub and Firestore emulators) cannot be installed from here and is reported.
+# With --browser (`make test`), also the distribution's Chromium that the console's browser tests drive
+# (Playwright is pointed at it; its own browser download is not used).
 set -euo pipefail
 
 missing=()
+if [ "${1:-}" = "--browser" ]; then
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+fi
 have_initdb() { command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; }
 have_initdb || missing+=(postgresql)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)

@@ -9,18 +9,25 @@ Google ID token for ``NOETL_INTERNAL_API_AUDIENCE`` when no token is set.
 from __future__ import annotations
 
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from noetl_cloud.errors import BadRequest, ConfigError, Unavailable
-from noetl_cloud.web.client import ApiClient, google_id_token_source, segment, static_token
+from noetl_cloud.web.client import ApiClient, TokenSource, google_id_token_source, segment, static_token
 
 ENDED = ("completed", "failed", "cancelled")
 
 
 def api_from_env(env: Mapping[str, str], url: str | None = None) -> ApiClient:
     """The API client ``noetl-cloud execute`` uses."""
+    base, source = credentials_from_env(env, url)
+    return ApiClient(base, token_source=source, timeout_s=30)
+
+
+def credentials_from_env(env: Mapping[str, str], url: str | None = None) -> tuple[str, TokenSource]:
+    """The control plane's URL and the token source of the operator's commands (and the console proxy)."""
     base = url or env.get("NOETL_API_URL")
     if not base:
         raise ConfigError(
@@ -28,7 +35,7 @@ def api_from_env(env: Mapping[str, str], url: str | None = None) -> ApiClient:
         )
     token = env.get("NOETL_INTERNAL_API_TOKEN")
     source = static_token(token) if token else google_id_token_source(env.get("NOETL_INTERNAL_API_AUDIENCE") or base)
-    return ApiClient(base, token_source=source, timeout_s=30)
+    return base, source
 
 
 def catalog_path(api: ApiClient, target: str) -> str:
@@ -50,34 +57,56 @@ def start(api: ApiClient, path: str, workload: Mapping[str, Any], pool: str | No
     return api.post("/api/execute", json=body).raise_for_error().json  # type: ignore[no-any-return]
 
 
+#: How long one long poll of the events waits (the API client's timeout, 30 s, outlasts it).
+WAIT_S = 20
+#: The events a running playbook reports as progress.
+STEP_EVENTS = ("step.done", "step.failed", "loop.done", "step.denied")
+
+
+def follow_events(
+    api: ApiClient,
+    execution_id: str,
+    emit: Callable[[dict[str, Any]], None],
+    *,
+    timeout_s: float = 600.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> str:
+    """Hand each event of the execution to ``emit`` as it is appended (the events API's long poll,
+    ``after=`` the last one seen), until the execution ended; its final status."""
+    deadline = clock() + timeout_s
+    after: str | None = None
+    while True:
+        query = {"wait": str(WAIT_S), **({"after": after} if after else {})}
+        answer = api.get(
+            f"/api/executions/{segment(execution_id)}/events?{urllib.parse.urlencode(query)}"
+        ).raise_for_error()
+        body = answer.json
+        for event in body["events"]:
+            emit(event)
+        after = body["next_after"]
+        if body["ended"] and not body["more"]:
+            return str(body["status"])
+        if clock() >= deadline:
+            raise Unavailable(
+                f"execution {execution_id} is still {body['status']} after {timeout_s:g} s",
+                code="wait_timeout",
+                details={"execution_id": execution_id},
+            )
+
+
 def follow(
     api: ApiClient,
     execution_id: str,
     *,
     timeout_s: float = 600.0,
     on_step: Callable[[dict[str, Any]], None] | None = None,
-    sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
-    """Poll the execution until it ends; each new step event goes to ``on_step``. Its final resource."""
-    deadline = clock() + timeout_s
-    seen = 0
-    wait = 0.1
-    while True:
-        if on_step is not None:
-            events = api.get(f"/api/executions/{segment(execution_id)}/events").raise_for_error().json["events"]
-            for event in events[seen:]:
-                if event["event_type"] in ("step.done", "step.failed", "loop.done", "step.denied"):
-                    on_step(event)
-            seen = len(events)
-        detail = api.get(f"/api/executions/{segment(execution_id)}").raise_for_error().json
-        if detail["status"] in ENDED:
-            return detail  # type: ignore[no-any-return]
-        if clock() >= deadline:
-            raise Unavailable(
-                f"execution {execution_id} is still {detail['status']} after {timeout_s:g} s",
-                code="wait_timeout",
-                details={"execution_id": execution_id},
-            )
-        sleep(wait)
-        wait = min(wait * 1.5, 2.0)
+    """Follow the execution until it ends; each step event goes to ``on_step``. Its final resource."""
+
+    def emit(event: dict[str, Any]) -> None:
+        if on_step is not None and event["event_type"] in STEP_EVENTS:
+            on_step(event)
+
+    follow_events(api, execution_id, emit, timeout_s=timeout_s, clock=clock)
+    return api.get(f"/api/executions/{segment(execution_id)}").raise_for_error().json  # type: ignore[no-any-return]

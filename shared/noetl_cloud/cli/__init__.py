@@ -2,8 +2,9 @@
 
 One module per concept: :mod:`~noetl_cloud.cli.local` (the local stack), :mod:`~noetl_cloud.cli.playbooks`
 (the commands that register or run a document: run, execute, subscribe), :mod:`~noetl_cloud.cli.operate`
-(db, spool, replay, demo) and :mod:`~noetl_cloud.cli.output` (errors and progress). Each handler imports
-what it needs when it runs, so ``noetl-cloud --help`` stays fast.
+(db, spool, replay, demo), :mod:`~noetl_cloud.cli.executions` (executions list, show, tail),
+:mod:`~noetl_cloud.cli.console` (the web console's proxy) and :mod:`~noetl_cloud.cli.output` (errors and
+progress). Each handler imports what it needs when it runs, so ``noetl-cloud --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from noetl_cloud import __version__
-from noetl_cloud.cli import local, operate, playbooks
+from noetl_cloud.cli import console, executions, local, operate, playbooks
 from noetl_cloud.cli.output import report_error
 from noetl_cloud.errors import NoetlError
 
@@ -25,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_parser(sub)
     operate.add_parsers(sub)
     playbooks.add_parsers(sub)
+    executions.add_parsers(sub)
+    console.add_parser(sub)
     return parser
 
 

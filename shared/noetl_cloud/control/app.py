@@ -14,8 +14,9 @@ from flask import Flask, Response, g, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import DBAPIError
 
+from noetl_cloud import console
 from noetl_cloud.auth.internal import InternalAuth, install
-from noetl_cloud.control import runtime_events, spool_events
+from noetl_cloud.control import executions_api, runtime_events, spool_events
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import BatchRequest, ExecuteRequest
 from noetl_cloud.control.reports import WorkerRef, WorkerReport
@@ -80,6 +81,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     settings = plane.settings
     app = create_app("execute", settings)
     install(app, auth)
+    install(app, auth, prefix="/console/")  # the operators' console (docs/console.md): the same callers
 
     @app.errorhandler(DBAPIError)
     def _database_error(exc: DBAPIError) -> tuple[Response, int]:
@@ -137,15 +139,6 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
             "failed": sum(r.status == "error" for r in results),
             "results": [r.public() for r in results],
         }
-
-    @app.get("/api/executions/<int:execution_id>")
-    def get_execution(execution_id: int) -> dict[str, Any]:
-        return plane.executions.get(execution_id)
-
-    @app.get("/api/executions/<int:execution_id>/events")
-    def execution_events(execution_id: int) -> dict[str, Any]:
-        events = plane.executions.events_of(execution_id)
-        return {"execution_id": str(execution_id), "events": [e.model_dump(mode="json") for e in events]}
 
     @app.post("/api/executions/<int:execution_id>/cancel")
     def cancel_execution(execution_id: int) -> dict[str, Any]:
@@ -232,6 +225,8 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         )
     )
     app.register_blueprint(replay_api.blueprint(lambda: plane.replay))
+    app.register_blueprint(executions_api.blueprint(lambda: plane.execution_queries, lambda: plane.executions))
+    app.register_blueprint(console.blueprint())
     return app
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from noetl_cloud.control.catalog import CatalogService
+from noetl_cloud.control.execution_queries import ExecutionQueries
 from noetl_cloud.control.executions import ExecutionService
 from noetl_cloud.control.lifecycle import SubscriptionService
 from noetl_cloud.control.listeners import ListenerService
@@ -96,6 +97,10 @@ class ControlPlane:
             pools=self.settings.pools,
             orchestrator=self.orchestrator,
         )
+
+    @cached_property
+    def execution_queries(self) -> ExecutionQueries:
+        return ExecutionQueries(self.engine, (self.settings.tenant_id, self.settings.organization_id))
 
     @cached_property
     def orchestrator(self) -> Orchestrator:

@@ -1,0 +1,35 @@
+// The NoETL Cloud console: its routes. The pages are ES modules beside this one (executions.js,
+// execution.js with timetravel.js, subscriptions.js, over common.js), loaded by the browser as they are:
+// no framework, no build step. Every value reaches the page through textContent, never as markup.
+// Routes live in the URL's hash: #/?status=failed&path=... (the list with its filters),
+// #/executions/<id> (one execution) and #/subscriptions.
+
+import { $, clearError } from "./common.js";
+import { showExecution } from "./execution.js";
+import { applyFilters, showList } from "./executions.js";
+import { showSubscriptions } from "./subscriptions.js";
+
+let view = null; // what the current route shows: {stop()} ends its timers and long polls
+
+function route() {
+  if (view) view.stop();
+  clearError();
+  const hash = location.hash || "#/";
+  const match = hash.match(/^#\/executions\/(\d{1,19})$/);
+  const subscriptions = hash === "#/subscriptions";
+  $("#executions-view").hidden = Boolean(match) || subscriptions;
+  $("#execution-view").hidden = !match;
+  $("#subscriptions-view").hidden = !subscriptions;
+  if (match) view = showExecution(match[1]);
+  else if (subscriptions) view = showSubscriptions();
+  else view = showList();
+}
+
+window.addEventListener("hashchange", route);
+document.addEventListener("DOMContentLoaded", () => {
+  $("#filters").addEventListener("submit", applyFilters);
+  $("#clear-filters").onclick = () => {
+    location.hash = "#/";
+  };
+  route();
+});
