@@ -30,7 +30,7 @@ def _services() -> dict[str, dict[str, Any]]:
 
 def _default(image: str) -> str:
     """``${VAR:-default}`` -> default."""
-    match = re.fullmatch(r"\$\{\w+:-([^}]+)\}", image)
+    match = re.fullmatch(r"\$\{\w+:-([^}]*)\}", image)
     return match.group(1) if match else image
 
 
@@ -94,7 +94,7 @@ def test_the_start_order_is_migrate_then_roles_then_setup_then_the_runtime() -> 
 @pytest.mark.parametrize("role", ROLES)
 def test_each_role_gets_valid_settings_and_what_local_up_gives_its_process(role: str, tmp_path: Path) -> None:
     env = {k: str(v) for k, v in _services()[role]["environment"].items()}
-    env = {k: re.sub(r"\$\{\w+:-([^}]+)\}", r"\1", v) for k, v in env.items()}
+    env = {k: re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", v) for k, v in env.items()}
     Settings.from_env(env)  # every NOETL_ variable is a setting, with a valid value
     given_by_local_up = LocalStack(tmp_path)._role_env({})
     assert set(given_by_local_up) <= set(env), sorted(set(given_by_local_up) - set(env))
@@ -117,7 +117,7 @@ def test_the_host_ports_are_the_local_stacks() -> None:
 
 def test_the_emulator_pushes_to_the_worker_and_projector_services() -> None:
     env = {k: str(v) for k, v in _services()["setup"]["environment"].items()}
-    env = {k: re.sub(r"\$\{\w+:-([^}]+)\}", r"\1", v) for k, v in env.items()}
+    env = {k: re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", v) for k, v in env.items()}
     pushes = compose.push_subscriptions(env)
     defaults = Settings()
     assert pushes == {
@@ -147,7 +147,7 @@ def test_setup_creates_topics_pushes_bucket_and_demo_in_that_order(monkeypatch: 
 
     monkeypatch.setattr(demo_setup, "prepare", lambda env, secrets: calls.append(("demo", str(secrets))) or "ready")
     env = {k: str(v) for k, v in _services()["setup"]["environment"].items()}
-    env = {k: re.sub(r"\$\{\w+:-([^}]+)\}", r"\1", v) for k, v in env.items()}
+    env = {k: re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", v) for k, v in env.items()}
     lines = compose.setup(env)
     assert [c[0] for c in calls] == ["topics", "push", "push", "bucket", "demo"]
     assert calls[0][1] == ("shared",) and calls[-1][1] == env["NOETL_SECRETS_DIR"]

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from noetl_cloud.control.app import Audit, Cancel, RegisterSubscription, Transition
+from noetl_cloud.control.execution_queries import MAX_WAIT_S
 from noetl_cloud.control.models import BatchRequest, ExecuteRequest
 from noetl_cloud.control.reports import WorkerRef, WorkerReport
 from noetl_cloud.control.runtime_events import RuntimeEventsIn
@@ -89,6 +90,7 @@ EXECUTE = RoleContract(
     description="Catalog, executions, commands and events, subscriptions, listener configuration. "
     "Every /api/ route needs a Google ID token of an allowed caller (locally NOETL_INTERNAL_API_TOKEN).",
     secured_prefixes=("/api/",),
+    pages=("console",),  # the operators' console (docs/console.md), behind the same authentication
     operations={
         **_HEALTH,
         **_OPENAPI,
@@ -113,8 +115,35 @@ EXECUTE = RoleContract(
         ("execute_batch", "POST"): _op(
             "Start executions, one result per item", body=BatchRequest, errors=(400, 413, 422)
         ),
-        ("get_execution", "GET"): _op("An execution", errors=(404,)),
-        ("execution_events", "GET"): _op("An execution's events", errors=(404,)),
+        ("executions_api.list_executions", "GET"): _op(
+            "Executions, newest first, by filter, a page at a time",
+            query=(
+                Query(
+                    "status", {"type": "string"}, description="comma-separated: started, completed, failed, cancelled"
+                ),
+                Query("path", {"type": "string"}),
+                Query("version", {"type": "string"}, description="with path"),
+                Query("subscription", {"type": "string"}),
+                Query("pool", {"type": "string"}),
+                Query("parent", _ID),
+                Query("since", {"type": "string", "format": "date-time"}),
+                Query("until", {"type": "string", "format": "date-time"}),
+                Query("cursor", {"type": "string"}, description="the previous page's next_cursor"),
+                Query("limit", {"type": "integer", "minimum": 1, "maximum": 500}),
+            ),
+            errors=(400,),
+        ),
+        ("executions_api.get_execution", "GET"): _op("An execution", errors=(404,)),
+        ("executions_api.rerun_execution", "POST"): _op(
+            "Start the execution again with the same input (linked by meta.rerun_of)",
+            answers={202: None},
+            errors=(404, 409),
+        ),
+        ("executions_api.execution_events", "GET"): _op(
+            "An execution's events (after an event id; wait= long-polls for new ones)",
+            query=(Query("after", _ID), Query("wait", {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S})),
+            errors=(400, 404),
+        ),
         ("cancel_execution", "POST"): _op(
             "Cancel an execution", body=Cancel, body_required=False, errors=(400, 404, 409, 422)
         ),

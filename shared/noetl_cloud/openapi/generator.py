@@ -76,13 +76,15 @@ class Operation:
 @dataclass(frozen=True)
 class RoleContract:
     """A role's API: its description, what its authentication covers, and its operations by
-    ``(endpoint, METHOD)``."""
+    ``(endpoint, METHOD)``. ``pages`` names the blueprints that serve pages, not API (the console):
+    their routes are left out of the document."""
 
     title: str
     description: str
     operations: Mapping[tuple[str, str], Operation]
     secured_prefixes: tuple[str, ...] = ()
     security: tuple[str, ...] = ("bearer",)
+    pages: tuple[str, ...] = ()
 
 
 class ContractMismatch(ValueError):
@@ -110,7 +112,11 @@ def build_document(app: Flask, role: str, contract: RoleContract, schemes: Mappi
         ((rule.rule, method, rule.endpoint) for rule in app.url_map.iter_rules() for method in rule.methods or ()),
         key=lambda r: (r[0], r[1]),
     )
-    routes = [r for r in routes if r[1] not in ("HEAD", "OPTIONS") and r[2] != "static"]
+    routes = [
+        r
+        for r in routes
+        if r[1] not in ("HEAD", "OPTIONS") and r[2] != "static" and r[2].split(".")[0] not in contract.pages
+    ]
     seen = {(endpoint, method) for _, method, endpoint in routes}
     missing = sorted(f"{m} {e}" for e, m in seen - set(contract.operations))
     stale = sorted(f"{m} {e}" for e, m in set(contract.operations) - seen)
