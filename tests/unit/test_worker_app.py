@@ -148,9 +148,14 @@ def test_the_query_token_is_ignored_without_a_configured_push_token(client: Flas
 # -- the envelope -------------------------------------------------------------------------------------------------
 
 
-def test_data_that_is_not_base64_is_400(client: FlaskClient, fake: FakeService) -> None:
+@pytest.mark.parametrize(
+    ("field", "value"), [("data", "%%% not base64 %%%"), ("data", {"a": 1}), ("data", 7), ("attributes", ["a"])]
+)
+def test_data_that_is_not_base64_or_attributes_that_are_not_an_object_are_400(
+    client: FlaskClient, fake: FakeService, field: str, value: Any
+) -> None:
     body = envelope()
-    body["message"]["data"] = "%%% not base64 %%%"
+    body["message"][field] = value  # the schemathesis run found a dict in data answered 500
     assert error_of(client.post("/", json=body, headers=bearer(TOKEN))) == (400, "invalid_payload")
     assert fake.notifications == []
 

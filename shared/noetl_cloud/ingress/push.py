@@ -133,8 +133,12 @@ def pubsub_message(
     envelope = _wrapped(body)
     if envelope is not None:
         raw = envelope["message"]
-        attributes = {str(k): str(v) for k, v in (raw.get("attributes") or {}).items()}
         message_id = str(raw.get("messageId") or raw.get("message_id") or new_id())
+        if not isinstance(raw.get("attributes") or {}, dict) or not isinstance(raw.get("data") or "", str):
+            bad = BadMessage("message.attributes must be an object and message.data a base64 string")
+            bad.message_id = message_id  # the dead-letter record names the message
+            raise bad
+        attributes = {str(k): str(v) for k, v in (raw.get("attributes") or {}).items()}
         try:
             data = base64.b64decode(raw.get("data") or "", validate=True)
         except (binascii.Error, ValueError):
