@@ -444,3 +444,14 @@ def test_without_slots_a_delivery_takes_one_command_at_a_time() -> None:
     assert svc.handle(note(first)) == Handled("reported", "3001", "ok")
     assert [r["command_id"] for r in api.reports] == ["3001", "3002", "3003"]  # one after another
     assert all("next_slots" not in r for r in api.reports)
+
+
+def test_a_command_handed_back_without_its_workload_runs_with_the_one_the_worker_holds() -> None:
+    api = InMemoryControlPlane(now=lambda: NOW)
+    task = {"n": {"kind": "noop", "result": "{{ workload.greeting }}"}}
+    first, second = [api.add_command(adhoc(task, command_id=str(3001 + i))) for i in range(2)]
+    for cmd in (first, second):
+        cmd["scope"]["workload"] = {"greeting": "hello"}
+    assert service(api).handle(note(first)) == Handled("reported", "3001", "ok")
+    assert api.reports[0]["has_workload"] is True  # so the control plane left it out of the second
+    assert [r["result"] for r in api.reports] == ["hello", "hello"]

@@ -149,8 +149,9 @@ class CommandAccess:
             raise NotFound(f"no command {command_id}", code="command_not_found")
         return self._command_document(conn, row)
 
-    def _command_document(self, conn: Connection | None, row: Any) -> dict[str, Any]:
-        """The document a worker runs, from a command's fields and its execution's (attributes of ``row``)."""
+    def _command_document(self, conn: Connection | None, row: Any, workload: bool = True) -> dict[str, Any]:
+        """The document a worker runs, from a command's fields and its execution's (attributes of ``row``);
+        without the execution's workload when ``workload`` is false (the worker holds it)."""
         _doc, plans, document = self._compiled(row.catalog_id, conn=conn)
         iteration = None
         if row.kind == "iteration":
@@ -181,7 +182,7 @@ class CommandAccess:
                 "document": document,
             },
             "scope": {
-                "workload": row.workload,
+                **({"workload": row.workload} if workload else {}),
                 "ctx": row.ctx,
                 "args": row.args,
                 **({"parent_iter": row.parent_iter} if isinstance(row.parent_iter, dict) else {}),

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, text
 
 from noetl_cloud.control.turn import ENDED, ExecState, Turn
+from noetl_cloud.control.workloads import WorkloadCache
 from noetl_cloud.db.bulk import InsertBatch
 from noetl_cloud.db.schema import command, loop_run, stage
 from noetl_cloud.db.schema import outbox as outbox_table
@@ -29,6 +30,7 @@ class ExecutionRows:
     """Loading and writing the rows of executions (a mixin of the orchestrator)."""
 
     store: PostgresEventStore
+    workloads: WorkloadCache
 
     if TYPE_CHECKING:
 
@@ -54,9 +56,16 @@ class ExecutionRows:
 
     def _locked(self, conn: Connection, statement: Any, params: dict[str, Any], missing: NoetlError) -> ExecState:
         tenant, org = self.tenant
-        row = conn.execute(statement, {**params, "t": tenant, "o": org}).first()
+        row = conn.execute(statement, {**params, "t": tenant, "o": org, "known": self.workloads.known()}).first()
         if row is None:
             raise missing
+        workload = row.workload
+        if workload is None:  # held here (control/workloads.py), unless another thread evicted it since
+            workload = self.workloads.get(row.execution_id)
+            if workload is None:
+                workload = conn.execute(_WORKLOAD, {"id": row.execution_id}).scalar_one()
+        else:
+            self.workloads.offer(row.execution_id, workload, row.workload_bytes)
         return ExecState(
             execution_id=str(row.execution_id),
             tenant_id=tenant,
@@ -65,7 +74,7 @@ class ExecutionRows:
             path=row.path,
             catalog_id=row.catalog_id,
             trace=row.trace,
-            workload=row.workload,
+            workload=workload,
             ctx=row.ctx,
             results=row.results,
             tokens_fired=row.tokens_fired,
@@ -112,12 +121,11 @@ class ExecutionRows:
         for loop in turn.changed_loops.values():
             batch.statement(
                 "UPDATE loop_run SET next_index = :next_index, in_flight = :in_flight, "
-                "results = CAST(:results AS jsonb), ctx_owners = CAST(:owners AS jsonb), "
+                "ctx_owners = CAST(:owners AS jsonb), "
                 "failed_index = :failed_index, error = CAST(:error AS jsonb) WHERE step_run_id = :id",
                 {
                     "next_index": loop["next_index"],
                     "in_flight": loop["in_flight"],
-                    "results": _json(loop["results"]),
                     "owners": _json(loop["ctx_owners"]),
                     "failed_index": loop["failed_index"],
                     "error": _json(loop["error"]) if loop["error"] is not None else None,
@@ -145,9 +153,12 @@ class ExecutionRows:
 
 
 _EXECUTION_COLUMNS = (
-    "SELECT e.execution_id, e.execution_pool, e.path, e.catalog_id, e.trace, e.workload, e.ctx, e.results, "
+    "SELECT e.execution_id, e.execution_pool, e.path, e.catalog_id, e.trace, "
+    "CASE WHEN e.execution_id = ANY(CAST(:known AS bigint[])) THEN NULL ELSE e.workload END AS workload, "
+    "pg_column_size(e.workload) AS workload_bytes, e.ctx, e.results, "
     "e.tokens_fired, e.status, e.error, e.version, e.meta -> 'parent_iter' AS parent_iter FROM execution e "
 )
+_WORKLOAD = text("SELECT workload FROM execution WHERE execution_id = :id")
 _LOCK_EXECUTION = text(
     _EXECUTION_COLUMNS + "WHERE e.execution_id = :id AND e.tenant_id = :t AND e.organization_id = :o FOR UPDATE OF e"
 )

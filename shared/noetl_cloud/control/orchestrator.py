@@ -32,6 +32,7 @@ from sqlalchemy import Connection, Engine, text
 
 from noetl_cloud.control.commands import CommandAccess
 from noetl_cloud.control.execution_rows import ExecutionRows, _json
+from noetl_cloud.control.loop_rows import load_loop
 from noetl_cloud.control.reaper import Reaper
 from noetl_cloud.control.reports import (
     MAX_REPORTED_EVENTS,
@@ -42,6 +43,7 @@ from noetl_cloud.control.reports import (
     WorkerReport,
 )
 from noetl_cloud.control.turn import ENDED, OPEN, ExecState, Turn, TurnHost, apply_patch
+from noetl_cloud.control.workloads import WorkloadCache
 from noetl_cloud.engine.model import StepPlan, compile_playbook
 from noetl_cloud.engine.templates import Renderer
 from noetl_cloud.envelope import EventFactory, utc_now
@@ -98,6 +100,7 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
         self.renderer = Renderer()
         self._plans: dict[int, tuple[PlaybookDoc, dict[str, StepPlan], dict[str, Any]]] = {}
         self._lock = threading.Lock()
+        self.workloads = WorkloadCache()
 
     @property
     def tenant(self) -> tuple[str, str]:
@@ -223,7 +226,7 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
             self._terminate(conn, turn, cmd, body.status, body.result, body.error, patch, body.worker_id)
             eager = self._hand_next(turn, body.worker_id) if body.accept_next else None
             rows = self.write(conn, turn)
-            handed = [self._command_document(conn, eager)] if eager is not None else []
+            handed = [self._command_document(conn, eager, not body.has_workload)] if eager is not None else []
         self.relay.hand_off(rows)
         if body.accept_next and len(handed) < body.next_slots:  # its free slots: the oldest commands waiting
             handed += self.claim_queued(state.pool, body.worker_id, body.next_slots - len(handed))
@@ -312,20 +315,21 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
             aggregate_id=str(cmd.command_id),
             key=turn.key("command", cmd.command_id, "ended"),
         )
-        turn.ended_commands.append(  # written with the turn, in its one statement
-            {
-                "status": "completed" if status == "ok" else "failed",
-                "result": _json(result),
-                "error": _json(error) if error is not None else None,
-                "id": cmd.command_id,
-            }
-        )
+        ended = {
+            "status": "completed" if status == "ok" else "failed",
+            "result": _json(result),
+            "error": _json(error) if error is not None else None,
+            "id": cmd.command_id,
+        }
+        turn.ended_commands.append(ended)  # written with the turn, in its one statement
         if state.ended:
             return  # cancelled or failed meanwhile: the outcome is recorded, nothing more runs
         if cmd.kind == "iteration":
-            loop = self._loop(conn, cmd.step_run_id)
+            loop = load_loop(conn, cmd.step_run_id)
             turn.changed_loops[str(cmd.step_run_id)] = loop
-            turn.iteration_ended(loop, cmd.iteration, status, result, error, patch)
+            conflict = turn.iteration_ended(loop, cmd.iteration, status, result, error, patch)
+            if conflict is not None:  # the row holds what the loop keeps of it (loop_rows.LoopResults)
+                ended.update(status="failed", result=_json(None), error=_json(conflict))
         else:
             apply_patch(state.ctx, patch)
             plan = turn.plans[cmd.step]
@@ -334,14 +338,3 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
             )
         turn.drain()
         turn.close(cmd.open_commands - 1)  # less the command that just ended (it was claimed or started)
-
-    @staticmethod
-    def _loop(conn: Connection, step_run_id: int) -> dict[str, Any]:
-        row = conn.execute(
-            text(
-                "SELECT step_run_id, execution_id, step, args, mode, max_in_flight, items, next_index, in_flight, "
-                "results, ctx_owners, failed_index, error FROM loop_run WHERE step_run_id = :id"
-            ),
-            {"id": step_run_id},
-        ).one()
-        return dict(row._mapping)

@@ -45,6 +45,9 @@ class WorkerReport(BaseModel):
     # issued when it issued exactly one, then the oldest commands waiting in the execution's pool.
     accept_next: bool = False
     next_slots: int = Field(default=1, ge=1, le=MAX_NEXT_SLOTS)
+    # The worker holds this command's workload: the command this report issued, of the same execution,
+    # is handed back without it (its ``scope`` has no ``workload``; the worker puts in the one it holds).
+    has_workload: bool = False
 
 
 class WorkerRef(BaseModel):

@@ -317,10 +317,12 @@ class Turn:
 
     def iteration_ended(
         self, loop: dict[str, Any], index: int, status: str, result: Any, error: Any, patch: list[dict[str, Any]]
-    ) -> None:
-        """Fold one iteration's outcome into its loop; end the loop when nothing is left in flight."""
+    ) -> dict[str, Any] | None:
+        """Fold one iteration's outcome into its loop; end the loop when nothing is left in flight. The
+        error of a parallel iteration failed by a ``ctx`` conflict (its command's row records it), else ``None``."""
         loop["in_flight"] -= 1
         writer = f"iteration {index}"
+        conflict = None
         if loop["mode"] == "parallel":
             conflict = self._conflict(loop, patch, writer)
             if conflict is not None:  # the iteration fails and writes nothing, as in-process
@@ -336,10 +338,11 @@ class Turn:
             loop["error"] = {**(error or {}), "iteration": index}
         self.top_up(loop)
         if loop["in_flight"] or (loop["failed_index"] is None and loop["next_index"] < len(loop["items"])):
-            return
+            return conflict
         ordered = [loop["results"][k] for k in sorted(loop["results"], key=int)]
         name = "loop.done" if loop["failed_index"] is None else "step.failed"
         self.finish_step(self.plans[loop["step"]], loop["args"], str(loop["step_run_id"]), name, ordered, loop["error"])
+        return conflict
 
     def _conflict(self, loop: dict[str, Any], patch: list[dict[str, Any]], writer: str) -> dict[str, Any] | None:
         """§6.6: a ``ctx`` key another iteration of this parallel loop wrote with a different value."""

@@ -196,6 +196,8 @@ command = Table(
     ),
     CheckConstraint("kind IN ('step', 'iteration')", name="kind_known"),
     Index(None, "execution_id"),
+    # Its open commands, which every report counts (migration 0008).
+    Index("ix_command_open", "execution_id", postgresql_where=text("status IN ('issued', 'claimed', 'started')")),
     Index(None, "lease_expires_at", postgresql_where=text("status IN ('claimed', 'started')")),
     Index(
         "ix_command_issued",

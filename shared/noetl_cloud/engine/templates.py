@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jinja2 import ChainableUndefined, StrictUndefined, TemplateError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from markupsafe import Markup
 
 from noetl_cloud.errors import NoetlError
@@ -57,8 +57,10 @@ class _Undefined(ChainableUndefined, StrictUndefined):
     __slots__ = ()
 
 
-class _Environment(SandboxedEnvironment):
-    """Sandboxed; ``a.b`` on a mapping reads the key first, so ``workload.items`` is data, not ``dict.items``."""
+class _Environment(ImmutableSandboxedEnvironment):
+    """Sandboxed and immutable (a template cannot change a list or a mapping it reads: the scopes it sees,
+    ``workload`` above all, are shared, not copied); ``a.b`` on a mapping reads the key first, so
+    ``workload.items`` is data, not ``dict.items``."""
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         if isinstance(obj, Mapping):
@@ -69,7 +71,7 @@ class _Environment(SandboxedEnvironment):
         return super().getattr(obj, attribute)
 
 
-def _environment() -> SandboxedEnvironment:
+def _environment() -> ImmutableSandboxedEnvironment:
     return _Environment(undefined=_Undefined, autoescape=False, keep_trailing_newline=True)
 
 

@@ -168,6 +168,8 @@ class InMemoryControlPlane:
             for waiting in [c for c in self.commands.values() if c["status"] == "issued"][: body.get("next_slots", 1)]:
                 waiting.update(status="claimed", worker_id=body.get("worker_id"), lease_expires_at=self._lease())
                 handed.append(copy.deepcopy(waiting))
+                if body.get("has_workload") and waiting.get("execution_id") == command.get("execution_id"):
+                    handed[-1].get("scope", {}).pop("workload", None)  # as the control plane: the worker holds it
         return _answer(200, {"accepted": True, "duplicate": False, "next": handed})
 
     def _execute(self, _id: Any, body: Any) -> ApiResponse:

@@ -216,6 +216,7 @@ class WorkerService:
 
         body = report.to_body(self.worker_id, attempt, cid)
         body["accept_next"] = time.monotonic() < deadline
+        body["has_workload"] = True  # the command handed back for this execution comes without it
         reserved = self.slots.reserve() if body["accept_next"] and filled is not None else 0
         if reserved:
             body["next_slots"] = 1 + reserved
@@ -226,6 +227,14 @@ class WorkerService:
             raise
         handed = answer.json.get("next") if answer.ok and isinstance(answer.json, dict) else None
         commands = [c for c in handed if isinstance(c, dict)] if isinstance(handed, list) else []
+        for same in commands:
+            scope = same.get("scope")
+            if (
+                isinstance(scope, dict)
+                and "workload" not in scope
+                and same.get("execution_id") == command.get("execution_id")
+            ):
+                scope["workload"] = command.get("scope", {}).get("workload")
         further = commands[1 : 1 + reserved]
         self.slots.release(reserved - len(further))
         for handed_over in further:

@@ -103,3 +103,14 @@ def test_sandbox_blocks_unsafe_attributes(renderer: Renderer) -> None:
 )
 def test_truth(renderer: Renderer, condition: object, expected: bool) -> None:
     assert renderer.truth(condition, build_scope()) is expected
+
+
+@pytest.mark.parametrize(
+    "expr",
+    ["{{ workload.items.append(3) }}", "{{ workload.obj.update({'b': 2}) }}", "{{ workload.items.pop() }}"],
+)
+def test_a_template_cannot_change_what_it_reads(renderer: Renderer, expr: str) -> None:
+    workload = {"items": [1, 2], "obj": {"a": 1}}
+    with pytest.raises(TemplateFailure):
+        renderer.render(expr, build_scope(workload=workload))
+    assert workload == {"items": [1, 2], "obj": {"a": 1}}  # the control plane shares it between reports
