@@ -286,6 +286,7 @@ def subscribe(
             poll_s=0.2,
             concurrency=1,
             shutdown_s=5.0,
+            end_on_stop=True,  # one process is the whole subscription: stopping it drains and deactivates
         )
         previous = {sig: signal.signal(sig, lambda *_: runtime.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
         thread = threading.Thread(target=runtime.run, name="subscribe", daemon=True)
