@@ -82,7 +82,7 @@ def _broker_row(broker: KafkaBroker) -> ComponentStatus:
         pid=pid,
         running=pid is not None,
         healthy=healthy,
-        startup_seconds=None,
+        startup_seconds=broker.recorded().get("startup_seconds"),
         kind="service",
         recorded=True,
     )

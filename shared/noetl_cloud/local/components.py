@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from noetl_cloud.local import process
 
@@ -518,13 +519,18 @@ class KafkaBroker:
         self.record = state_dir / "kafka.json"
         self.component = kafka(state_dir, port_base + KAFKA_PORT_OFFSET)
 
-    def _pid(self) -> int | None:
+    def recorded(self) -> dict[str, Any]:
+        """What ``kafka.json`` says (pid, port, start-up seconds); empty when nothing is recorded."""
         import json
 
         try:
-            pid = json.loads(self.record.read_text()).get("pid")
+            data = json.loads(self.record.read_text())
         except (OSError, ValueError):
-            return None
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _pid(self) -> int | None:
+        pid = self.recorded().get("pid")
         return int(pid) if isinstance(pid, int) and process.alive(pid, self.component.marker) else None
 
     def up(self, echo: Callable[[str], None] = print, timeout_s: float = 90.0) -> dict[str, str]:
