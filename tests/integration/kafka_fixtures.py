@@ -15,7 +15,7 @@ from noetl_cloud.local.components import KafkaBroker
 from noetl_cloud.local.stack import DEFAULT_PORT_BASE, default_state_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-JOIN_S = 60.0  # the first join of a consumer group, on a loaded machine
+JOIN_S = 120.0  # the first join of a consumer group (and a rebalance), on a loaded machine
 
 
 @pytest.fixture(scope="session")

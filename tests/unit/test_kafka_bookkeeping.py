@@ -73,15 +73,20 @@ class Consumer:
     def resume(self, _partitions: list[str]) -> None:
         self.paused = False
 
-    def poll(self, timeout: float) -> Record | None:
+    def consume(self, num_messages: int, timeout: float) -> list[Record]:
         with self.lock:
-            if (self.paused and not self.prefetched) or self.position >= len(self.records):
-                threading.Event().wait(min(timeout, 0.01))
-                return None
-            self.prefetched = False
-            record = self.records[self.position]
-            self.position += 1
-            return record
+            if self.prefetched:  # one record fetched before the pause
+                self.prefetched = False
+                count = 1
+            elif self.paused:
+                count = 0
+            else:
+                count = num_messages
+            out = self.records[self.position : self.position + count]
+            self.position += len(out)
+        if not out:
+            threading.Event().wait(min(timeout, 0.01))
+        return out
 
     def seek(self, tp: Any) -> None:
         with self.lock:
@@ -154,13 +159,25 @@ def test_at_max_in_flight_the_partition_pauses_and_a_prefetched_record_is_read_a
     source, consumer, held = started(5, 2)
     try:
         assert wait_until(lambda: len(held) == 2 and consumer.paused, timeout=5, interval=0.01)
-        consumer.prefetched = True  # poll returns offset 2 although paused
+        consumer.prefetched = True  # the next consume returns offset 2 although paused
         assert wait_until(lambda: consumer.rewinds == [2], timeout=5, interval=0.01)
         assert len(held) == 2
         held[0].ack()
         assert wait_until(
             lambda: len(held) == 3 and held[2].message.message_id == "clicks/0/2", timeout=5, interval=0.01
         )
+    finally:
+        source.close()
+
+
+def test_a_record_waiting_to_be_handed_again_is_dropped_with_its_revoked_partition() -> None:
+    source, consumer, held = started(2, 10)
+    try:
+        assert wait_until(lambda: len(held) == 2, timeout=5, interval=0.01)
+        held[0].nack()
+        assert source.stats()["retrying"] == 1 and source.stats()["in_flight"] == 2
+        consumer.on_revoke(consumer, [type("TP", (), {"topic": TOPIC, "partition": 0})()])
+        assert source.stats()["retrying"] == 0 and source.stats()["in_flight"] == 1  # capacity given back
     finally:
         source.close()
 

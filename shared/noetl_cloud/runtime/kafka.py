@@ -9,7 +9,9 @@ message is never committed before the runtime acked it, i.e. after its dispatch 
 **Flow control (Mode B).** One poll thread hands every record to the runtime at once; while it
 holds ``max_in_flight`` records it pauses its partitions (the group keeps them; the broker keeps
 the backlog) and resumes them when a record is settled. Acks are counted under a lock and
-committed from the poll thread (every poll and at :meth:`close`).
+committed from the poll thread every ``COMMIT_EVERY_S`` (0.5 s), and synchronously when partitions
+are revoked and at :meth:`close`: a crash loses at most that half second of commits, whose records
+are delivered again (at least once).
 
 **Nack.** Kafka cannot nack one record. A nacked record stays uncommitted (its partition's commit
 stops before it) and is handed to the runtime again after a backoff (1 s, doubling to 60 s), with
@@ -44,6 +46,8 @@ from noetl_cloud.runtime.port import Received, SourceMessage
 log = logging.getLogger(__name__)
 
 POLL_S = 0.2
+BATCH = 500  # records per consume call, at most the free capacity
+COMMIT_EVERY_S = 0.5  # acked offsets are committed this often (and at revoke and close)
 FIRST_RETRY_S = 1.0
 MAX_RETRY_S = 60.0
 TopicPartition = tuple[str, int]
@@ -173,7 +177,9 @@ class KafkaSource:
                 self._next.pop(key, None)
                 self._committed.pop(key, None)
             gone = {(tp.topic, tp.partition) for tp in partitions}
-            self._retry = [(at, d) for at, d in self._retry if d.partition not in gone]
+            kept = [(at, d) for at, d in self._retry if d.partition not in gone]
+            self._in_flight -= len(self._retry) - len(kept)  # dropped: the next owner delivers them
+            self._retry = kept
         log.info("kafka partitions revoked", extra={"topic": self.topic, "partitions": len(partitions)})
 
     # -- bookkeeping -----------------------------------------------------------------------------
@@ -249,26 +255,37 @@ class KafkaSource:
         self._thread.start()
 
     def _loop(self, consumer: Any, on_message: Callable[[Received], None], max_in_flight: int) -> None:
+        last_commit = time.monotonic()
         while self._running.is_set():
             self._flow(consumer, max_in_flight)
             for delivery in self._due():
                 on_message(delivery)
+            with self._lock:
+                free = max(1, max_in_flight - self._in_flight)  # at the cap: paused, still serving the group
             try:
-                record = consumer.poll(POLL_S)
+                records = consumer.consume(num_messages=min(free, BATCH), timeout=POLL_S)
             except Exception as exc:  # noqa: BLE001 - a broken client: log, wait, poll again
                 log.warning("kafka poll failed: %s", type(exc).__name__)
                 self._running.wait(1.0)
                 continue
-            if record is not None and record.error() is None:
+            rewound: set[TopicPartition] = set()
+            for record in records:
+                if record.error() is not None:
+                    log.warning("kafka poll: %s", record.error())
+                    continue
+                partition = (record.topic(), record.partition())
+                if partition in rewound:
+                    continue  # the seek reads it again
                 with self._lock:
                     full = self._in_flight >= max_in_flight
                 if full:  # fetched before the pause took hold: read it again after the resume
                     self._rewind(consumer, record)
+                    rewound.add(partition)
                 else:
                     on_message(self._track(record, streamed=True))
-            elif record is not None:
-                log.warning("kafka poll: %s", record.error())
-            self._commit(consumer, asynchronous=True)
+            if time.monotonic() - last_commit >= COMMIT_EVERY_S:
+                self._commit(consumer, asynchronous=True)
+                last_commit = time.monotonic()
 
     def _rewind(self, consumer: Any, record: Any) -> None:
         from confluent_kafka import TopicPartition as KafkaTopicPartition
