@@ -158,6 +158,8 @@ class Settings(BaseModel):
     # Each Pub/Sub lease extension of a held message (the stream's ack deadline).
     runtime_lease_extension_s: Annotated[int, Field(ge=10, le=600)] = 30
     nats_url: str | None = None
+    # Kafka brokers of ``source: kafka`` subscriptions (``host:9092[,host:9092]``, the kafka extra).
+    kafka_bootstrap_servers: str | None = Field(default=None, min_length=1, max_length=1024)
 
     # The projector role and replay (docs/replay.md): how its push endpoint is authenticated (as the
     # worker's), and every how many events of an execution it writes a replay-state snapshot.

@@ -94,6 +94,10 @@ class Harness:
         return [str(f.result(timeout=60)) for f in futures]
 
     def start(self, **extra: str) -> None:
+        self.runtime = self.launch(self.port, **extra)
+
+    def launch(self, port: int, **extra: str) -> subprocess.Popen[bytes]:
+        """One more runtime instance of this subscription, health on ``port``, once it pulls."""
         env = {
             **self.env,
             "NOETL_API_URL": str(self.api.base_url),
@@ -101,11 +105,16 @@ class Harness:
             "NOETL_RUNTIME_POLL_S": "0.2",
             **extra,
         }
-        self.runtime = start_runtime(env, self.port)
-        assert wait_until(lambda: self.status()["phase"] == "pulling", timeout=30), self.status()
+        proc = start_runtime(env, port)
+        assert wait_until(lambda: self.status(port)["phase"] == "pulling", timeout=30), self.status(port)
+        return proc
 
-    def status(self) -> dict[str, Any]:
-        return json.loads(self.http.request("GET", f"http://127.0.0.1:{self.port}/status").data)  # type: ignore[no-any-return]
+    def status(self, port: int | None = None) -> dict[str, Any]:
+        url = f"http://127.0.0.1:{port or self.port}/status"
+        return json.loads(self.http.request("GET", url).data)  # type: ignore[no-any-return]
+
+    def state(self, sid: str) -> str:
+        return str(self.api.get(f"/api/subscriptions/{sid}").raise_for_error().json["state"])
 
     def metric(self, name: str) -> float:
         text_ = self.http.request("GET", f"http://127.0.0.1:{self.port}/metrics").data.decode()
@@ -242,15 +251,15 @@ def test_six_messages_run_to_completion_with_routes_trace_and_the_whole_lifecycl
             harness.api.post(f"/api/subscriptions/{sid}/resume").raise_for_error()
             assert wait_until(lambda: late in harness.message_ids(), timeout=60)
 
+            # SIGTERM is this instance leaving (a scale-in, a roll-out): the subscription stays active.
             assert harness.signal(signal.SIGTERM) == 0
             assert harness.trail(sid) == [
                 "subscription.registered",
                 "subscription.activated",
                 "subscription.paused",
                 "subscription.resumed",
-                "subscription.draining",
-                "subscription.deactivated",
             ]
+            assert harness.state(sid) == "active"
         finally:
             harness.close()
 
@@ -326,3 +335,35 @@ def test_a_runtime_killed_with_messages_in_flight_loses_none_after_restart(plane
         assert sorted(seen) == sorted(ids)  # exactly one execution each
     else:
         assert set(seen) == set(ids)  # at least one each
+
+
+def test_sigterm_to_one_of_two_runtimes_loses_nothing_and_the_other_keeps_pulling(plane: Harness) -> None:
+    """Two instances of one subscription, as Cloud Run runs them past ``max_instances = 1``: SIGTERM to
+    one drains its own messages; the other keeps pulling, the subscription stays active, and the
+    restarted instance rejoins the same registration (its dedup window)."""
+    plane.register(dedup={"enabled": True, "window_secs": 600}, runtime={"max_in_flight": 20})
+    plane.start(NOETL_RUNTIME_LEASE_EXTENSION_S="10")
+    other_port = free_port()
+    other = plane.launch(other_port, NOETL_RUNTIME_LEASE_EXTENSION_S="10")
+    try:
+        sid = plane.subscription_id()
+        assert plane.status(other_port)["subscription_id"] == sid
+        ids = plane.publish_many(200)
+        assert wait_until(lambda: len(plane.executions()) >= 40, timeout=60)
+        assert plane.signal(signal.SIGTERM) == 0
+        assert len(set(plane.message_ids())) < 200, "every message ran before the SIGTERM: the test proves nothing"
+        assert plane.status(other_port)["phase"] == "pulling"
+        assert plane.state(sid) == "active"
+        ids += plane.publish_many(100)  # only the survivor can take these
+        assert wait_until(lambda: set(plane.message_ids()) >= set(ids), timeout=120, interval=0.3), (
+            len(set(plane.message_ids())),
+            plane.status(other_port),
+        )
+        assert sorted(plane.message_ids()) == sorted(ids)  # nothing lost, nothing run twice
+        assert plane.state(sid) == "active"
+        assert plane.trail(sid) == ["subscription.registered", "subscription.activated"]
+        plane.start(NOETL_RUNTIME_LEASE_EXTENSION_S="10")  # the restarted instance
+        assert plane.subscription_id() == sid
+    finally:
+        stop_group(other.pid)
+        other.wait()

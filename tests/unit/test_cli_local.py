@@ -87,3 +87,23 @@ def test_a_stack_up_without_roles_is_up_and_a_recorded_role_that_died_is_not(
 
     monkeypatch.setattr(LocalStack, "status", status)
     assert main(["local", "status"]) == code
+
+
+def test_up_with_an_unknown_optional_component_is_refused_before_anything_starts(
+    elsewhere: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["local", "up", "--with", "kafka,zookeeper"]) == 2
+    assert "unknown optional component(s) zookeeper: --with takes kafka" in capsys.readouterr().out
+    assert not elsewhere.exists()  # nothing was started, nothing recorded
+
+
+def test_a_recorded_kafka_broker_that_died_is_listed_and_makes_status_fail(
+    elsewhere: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    elsewhere.mkdir()
+    (elsewhere / "kafka.json").write_text(json.dumps({"pid": 2**22 + 7, "port": 1, "startup_seconds": 0.1}))
+    assert main(["local", "status", "--json"]) == 1
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["kafka"]["kind"] == "service" and rows["kafka"]["recorded"] and not rows["kafka"]["running"]
+    assert main(["local", "down"]) == 0
+    assert not (elsewhere / "kafka.json").exists()

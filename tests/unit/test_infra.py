@@ -410,6 +410,15 @@ def test_tfvars_examples_give_every_required_value() -> None:
         assert example["runtime_subscriptions"] and example["pools"]
         runtime = example["roles"]["subscription_runtime"]
         assert runtime["min_instances"] >= 1 and runtime["cpu_idle"] is False
+        # Instances share the subscription (a SIGTERM drains one instance only): the examples scale out.
+        assert runtime["max_instances"] > 1
+
+
+def test_the_subscription_runtime_scales_past_one_instance_by_default() -> None:
+    runtime = _roles()["subscription_runtime"]
+    assert runtime["max_instances"] > 1
+    validations = dict(_blocks(STACK / "variables.tf", "variable"))["roles"]["validation"]
+    assert not any("max_instances" in v["condition"] and "subscription_runtime" in v["condition"] for v in validations)
 
 
 # -- a first plan over an empty project ----------------------------------------------------------------

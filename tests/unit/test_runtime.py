@@ -17,7 +17,7 @@ from noetl_cloud.runtime.governor import RateGovernor
 from noetl_cloud.runtime.memory import InMemoryControl, InMemorySource
 from noetl_cloud.runtime.message import prepare
 from noetl_cloud.runtime.pipeline import Pipeline, PipelineConfig
-from noetl_cloud.runtime.port import SourceMessage
+from noetl_cloud.runtime.port import SourceClient, SourceMessage
 from noetl_cloud.runtime.service import SubscriptionRuntime, check_document
 from noetl_cloud.runtime.spooler import RuntimeSpooler
 from noetl_cloud.spool.backends import FixedBackend
@@ -240,7 +240,7 @@ def test_a_stopping_runtime_interrupts_the_governors_wait() -> None:
 # -- lifecycle -----------------------------------------------------------------------------------
 
 
-def runtime_for(control: InMemoryControl, source: InMemorySource, **kwargs: Any) -> SubscriptionRuntime:
+def runtime_for(control: InMemoryControl, source: SourceClient, **kwargs: Any) -> SubscriptionRuntime:
     control.documents[PATH] = kwargs.pop("doc", document())
     return SubscriptionRuntime(
         control, lambda _doc: source, path=PATH, poll_s=0.02, linger_s=0.005, shutdown_s=2.0, **kwargs
@@ -258,7 +258,7 @@ def running(runtime: SubscriptionRuntime) -> Iterator[threading.Thread]:
         thread.join(10)
 
 
-def test_lifecycle_pause_stops_pulling_resume_restarts_sigterm_drains_and_deactivates() -> None:
+def test_lifecycle_pause_stops_pulling_resume_restarts_sigterm_leaves_the_subscription_active() -> None:
     control, source = InMemoryControl(), InMemorySource()
     runtime = runtime_for(control, source)
     with running(runtime) as thread:
@@ -281,9 +281,43 @@ def test_lifecycle_pause_stops_pulling_resume_restarts_sigterm_drains_and_deacti
         "subscription.activated",
         "subscription.paused",
         "subscription.resumed",
-        "subscription.draining",
-        "subscription.deactivated",
     ]
+    assert control.state(sid)["state"] == "active"
+
+
+def test_sigterm_to_one_of_two_instances_finishes_its_own_messages_and_the_other_keeps_pulling() -> None:
+    control, source = InMemoryControl(), InMemorySource()
+    first = runtime_for(control, source.consumer(), instance="a")
+    second = runtime_for(control, source.consumer(), instance="b")
+    with running(first) as first_thread, running(second):
+        assert wait_until(lambda: first.phase == second.phase == "pulling", timeout=5, interval=0.01)
+        sid = first.subscription_id
+        assert sid is not None and second.subscription_id == sid  # one registration, one dedup window
+        for n in range(20):
+            source.publish(json.dumps({"n": n}).encode())
+        assert settled(source, 20)
+        first.stop()
+        first_thread.join(10)
+        assert not first_thread.is_alive() and first.phase == "stopped"
+        for n in range(20, 40):
+            source.publish(json.dumps({"n": n}).encode())
+        assert settled(source, 40)  # the survivor took every later message
+        assert second.phase == "pulling"
+        assert control.state(sid)["state"] == "active"
+        restarted = runtime_for(control, source.consumer(), instance="a")
+        with running(restarted):
+            assert wait_until(lambda: restarted.phase == "pulling", timeout=5, interval=0.01)
+            assert restarted.subscription_id == sid
+    assert len(control.executions) == 40
+    assert "subscription.draining" not in [event for _, event in control.trail]
+
+
+def test_the_sole_local_instance_ends_the_subscription_when_stopped() -> None:
+    control, source = InMemoryControl(), InMemorySource()
+    runtime = runtime_for(control, source, end_on_stop=True)
+    with running(runtime):
+        assert wait_until(lambda: runtime.phase == "pulling", timeout=5, interval=0.01)
+    assert [event for _, event in control.trail][-2:] == ["subscription.draining", "subscription.deactivated"]
 
 
 def test_a_restarted_runtime_continues_the_live_subscription() -> None:

@@ -83,9 +83,11 @@ variable "roles" {
       max_instances   = 2
       timeout_seconds = 900
     }
+    # Several instances share one subscription: SIGTERM (scale-in, roll-out) drains only the
+    # instance it hits, the others keep pulling (docs/runtime.md, "Scaling").
     subscription_runtime = {
       min_instances = 1
-      max_instances = 1
+      max_instances = 4
       cpu_idle      = false
     }
   }

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from noetl_cloud.cli.output import say
 
 if TYPE_CHECKING:
+    from noetl_cloud.local.components import KafkaBroker
     from noetl_cloud.local.stack import ComponentStatus, LocalStack
 
 
@@ -22,22 +23,46 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     local.add_argument(
         "--roles", default="", help="up: roles to run too, comma-separated, or 'all' (every functions/<role>)"
     )
+    local.add_argument(
+        "--with",
+        dest="with_",
+        default="",
+        help="up: optional components to run too, comma-separated: kafka (a Kafka-protocol broker, the kafka extra)",
+    )
     local.set_defaults(handler=run)
 
 
+OPTIONAL = ("kafka",)
+
+
 def run(args: argparse.Namespace) -> int:
+    from noetl_cloud.local.components import KafkaBroker
     from noetl_cloud.local.stack import LocalStack, export_lines
 
     stack = LocalStack.from_env(os.environ)
+    broker = KafkaBroker(stack.state_dir, stack.port_base)
     if args.action == "up":
+        extra = [c for c in args.with_.split(",") if c]
+        unknown = sorted(set(extra) - set(OPTIONAL))
+        if unknown:
+            say(f"unknown optional component(s) {', '.join(unknown)}: --with takes {', '.join(OPTIONAL)}")
+            return 2
         roles = stack.available_roles() if args.roles == "all" else [r for r in args.roles.split(",") if r]
+        kafka_env = broker.up(echo=say) if "kafka" in extra else {}
+        os.environ.update(kafka_env)  # the roles started next get the broker's address too
         stack.up(echo=say, roles=roles)
+        if kafka_env:
+            with stack.env_file.open("a") as env_file:
+                env_file.write("".join(f"{k}={v}\n" for k, v in sorted(kafka_env.items())))
     elif args.action == "down":
+        broker.down(echo=say)
         stack.down(echo=say, purge=args.purge)
     elif args.action == "env":
         sys.stdout.write(export_lines(stack.env()))
     elif args.action == "status":
         rows = stack.status(every_role=True)
+        if broker.record.is_file():  # started with --with kafka
+            rows.append(_broker_row(broker))
         if args.json:
             print(json.dumps([r.to_dict() for r in rows], indent=2))
         else:
@@ -45,6 +70,22 @@ def run(args: argparse.Namespace) -> int:
         # Up means every service and every role `up` started answers; a role never started is listed, not missed.
         return 0 if all(r.healthy for r in rows if r.kind == "service" or r.recorded) else 1
     return 0
+
+
+def _broker_row(broker: KafkaBroker) -> ComponentStatus:
+    from noetl_cloud.local.stack import ComponentStatus
+
+    pid, healthy = broker.status()
+    return ComponentStatus(
+        name="kafka",
+        port=broker.component.port,
+        pid=pid,
+        running=pid is not None,
+        healthy=healthy,
+        startup_seconds=broker.recorded().get("startup_seconds"),
+        kind="service",
+        recorded=True,
+    )
 
 
 def status_lines(stack: LocalStack, rows: list[ComponentStatus]) -> list[str]:

@@ -166,6 +166,7 @@ def subscribe_local(args: argparse.Namespace) -> int:
         project_id=settings.project_id or os.environ.get("GOOGLE_CLOUD_PROJECT"),
         emulator_host=settings.pubsub_emulator_host,
         nats_url=settings.nats_url,
+        kafka_servers=settings.kafka_bootstrap_servers,
         http_allow=settings.http_tool_allow,
     )
     print(json.dumps(summary, indent=2))

@@ -29,8 +29,16 @@ ROLE = "subscription_runtime"
 
 
 def source_for(settings: Settings, doc: SubscriptionDoc) -> SourceClient:
-    """The source client of a subscription (Pub/Sub, or NATS JetStream with the ``nats`` extra)."""
+    """The source client of a subscription (Pub/Sub; NATS JetStream with the ``nats`` extra; Kafka,
+    as a member of the consumer group ``group`` (default: the subscription's name), with the
+    ``kafka`` extra)."""
     spec = doc.spec
+    if spec.source == "kafka":
+        from noetl_cloud.runtime.kafka import KafkaSource
+
+        settings.require("kafka_bootstrap_servers")
+        assert settings.kafka_bootstrap_servers is not None and spec.topic is not None
+        return KafkaSource(settings.kafka_bootstrap_servers, topic=spec.topic, group=spec.group or doc.metadata.name)
     if spec.source == "nats":
         from noetl_cloud.runtime.nats import NatsSource
 

@@ -226,6 +226,7 @@ def subscribe(
     project_id: str | None = None,
     emulator_host: str | None = None,
     nats_url: str | None = None,
+    kafka_servers: str | None = None,
     http_allow: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Hold the subscription until SIGINT / SIGTERM, ``max_messages`` acked, or ``duration_s``; a summary."""
@@ -260,6 +261,12 @@ def subscribe(
                     stream=spec.stream,
                     consumer=spec.consumer or held.metadata.name,
                 )
+            if spec.source == "kafka":
+                from noetl_cloud.runtime.kafka import KafkaSource
+
+                assert spec.topic is not None
+                servers = kafka_servers or "127.0.0.1:9092"
+                return KafkaSource(servers, topic=spec.topic, group=spec.group or held.metadata.name)
             from noetl_cloud.runtime.pubsub import PubSubSource
 
             assert spec.subscription is not None
@@ -286,6 +293,7 @@ def subscribe(
             poll_s=0.2,
             concurrency=1,
             shutdown_s=5.0,
+            end_on_stop=True,  # one process is the whole subscription: stopping it drains and deactivates
         )
         previous = {sig: signal.signal(sig, lambda *_: runtime.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
         thread = threading.Thread(target=runtime.run, name="subscribe", daemon=True)

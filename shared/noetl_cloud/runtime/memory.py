@@ -47,15 +47,15 @@ class _Delivery:
 
 
 class InMemorySource:
-    """A subscription in memory: published messages wait until delivered; a nack redelivers."""
+    """A subscription in memory: published messages wait until delivered; a nack redelivers.
+    :meth:`consumer` gives another consumer of the same subscription (another runtime instance)."""
 
     def __init__(self) -> None:
         self._pending: deque[SourceMessage] = deque()
         self._outstanding: dict[int, _Delivery] = {}
         self._cond = threading.Condition()
         self._ids = itertools.count(1)
-        self._thread: threading.Thread | None = None
-        self._running = False
+        self._own = InMemoryConsumer(self)
         self.acked: list[str] = []
         self.nacked: list[str] = []
 
@@ -65,6 +65,10 @@ class InMemorySource:
             self._pending.append(SourceMessage(mid, data, tuple((attributes or {}).items()), delivery_attempt=1))
             self._cond.notify_all()
         return mid
+
+    def consumer(self) -> InMemoryConsumer:
+        """One more consumer of this subscription: its own delivery loop over the same backlog."""
+        return InMemoryConsumer(self)
 
     @property
     def backlog(self) -> int:
@@ -77,32 +81,10 @@ class InMemorySource:
             return len(self._outstanding)
 
     def start(self, on_message: Callable[[Received], None], *, max_in_flight: int) -> None:
-        with self._cond:
-            if self._running:
-                return
-            self._running = True
-
-        def deliver() -> None:
-            while True:
-                with self._cond:
-                    while self._running and (not self._pending or len(self._outstanding) >= max_in_flight):
-                        self._cond.wait(0.05)
-                    if not self._running:
-                        return
-                    delivery = _Delivery(self, self._pending.popleft())
-                    self._outstanding[id(delivery)] = delivery
-                on_message(delivery)
-
-        self._thread = threading.Thread(target=deliver, name="memory-source", daemon=True)
-        self._thread.start()
+        self._own.start(on_message, max_in_flight=max_in_flight)
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        with self._cond:
-            self._running = False
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
+        self._own.stop(timeout_s)
 
     def fetch(self, max_messages: int, timeout_s: float) -> list[Received]:
         out: list[Received] = []
@@ -143,6 +125,61 @@ class InMemorySource:
                 attempt = (delivery.message.delivery_attempt or 1) + 1
                 self._pending.appendleft(replace(delivery.message, delivery_attempt=attempt))
             self._cond.notify_all()
+
+
+class InMemoryConsumer:
+    """One consumer of an :class:`InMemorySource`: it holds at most ``max_in_flight`` of the
+    subscription's messages; stopping it stops only its own deliveries (its held ones stay leased)."""
+
+    def __init__(self, subscription: InMemorySource) -> None:
+        self.subscription = subscription
+        self._held: set[int] = set()
+        self._thread: threading.Thread | None = None
+        self._running = False
+
+    def start(self, on_message: Callable[[Received], None], *, max_in_flight: int) -> None:
+        sub = self.subscription
+        with sub._cond:
+            if self._running:
+                return
+            self._running = True
+
+        def deliver() -> None:
+            while True:
+                with sub._cond:
+                    while self._running and (
+                        not sub._pending or len(self._held & sub._outstanding.keys()) >= max_in_flight
+                    ):
+                        sub._cond.wait(0.05)
+                    if not self._running:
+                        return
+                    delivery = _Delivery(sub, sub._pending.popleft())
+                    sub._outstanding[id(delivery)] = delivery
+                    self._held = (self._held & sub._outstanding.keys()) | {id(delivery)}
+                on_message(delivery)
+
+        self._thread = threading.Thread(target=deliver, name="memory-source", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        with self.subscription._cond:
+            self._running = False
+            self.subscription._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def fetch(self, max_messages: int, timeout_s: float) -> list[Received]:
+        return self.subscription.fetch(max_messages, timeout_s)
+
+    def acknowledge(self, ack_ids: Sequence[str]) -> None:
+        self.subscription.acknowledge(ack_ids)
+
+    def release(self, ack_ids: Sequence[str]) -> None:
+        self.subscription.release(ack_ids)
+
+    def close(self) -> None:
+        self.stop()
 
 
 @dataclass

@@ -9,8 +9,13 @@ activates it. Then, every ``poll_s``, it follows the subscription's state in the
 * ``draining`` -> stop fetching, finish what is held, ``deactivate``, exit;
 * ``deactivated`` -> stop fetching, finish or nack what is held, exit.
 
-:meth:`SubscriptionRuntime.stop` (SIGTERM: Cloud Run gives 10 s) stops fetching, finishes what it
-can within ``shutdown_s``, nacks the rest, and records ``draining`` then ``deactivated``.
+:meth:`SubscriptionRuntime.stop` (SIGTERM: Cloud Run gives 10 s) is about this instance only: it
+stops fetching, finishes what it holds within ``shutdown_s``, nacks the rest (the source redelivers
+them to the other instances) and exits, leaving the subscription ``active``. Cloud Run sends SIGTERM
+on every scale-in, roll-out and host maintenance, so the other instances keep pulling, and a
+restarted instance registers the same path again: the live registration is reused, with its
+subscription id and dedup window. Only an operator's transition (``drain``, ``deactivate``) ends the
+subscription for every instance.
 
 A subscription whose ``runtime.singleton`` is true is pulled by one instance at a time: the holder
 of the lease ``runtime/<path>`` in the coordination store (Firestore); another instance waits,
@@ -42,7 +47,7 @@ from noetl_cloud.spec.subscription import SubscriptionDoc
 log = logging.getLogger(__name__)
 
 RATE_LIMITED = "subscription.rate_limited"
-SOURCES = ("pubsub", "nats")
+SOURCES = ("pubsub", "nats", "kafka")
 
 
 def check_document(path: str, document: dict[str, Any]) -> SubscriptionDoc:
@@ -82,6 +87,7 @@ class SubscriptionRuntime:
         shutdown_s: float = 8.0,
         lease_ttl_s: float = 15.0,
         instance: str | None = None,
+        end_on_stop: bool = False,
         counters: Counters | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -96,6 +102,8 @@ class SubscriptionRuntime:
         self.shutdown_s = shutdown_s
         self.lease_ttl_s = lease_ttl_s
         self.instance = instance or uuid.uuid4().hex[:12]
+        # The only instance there is (``noetl-cloud subscribe --local``): stopping it ends the subscription.
+        self.end_on_stop = end_on_stop
         self.counters = counters or Counters()
         self.monotonic = monotonic
         self.phase = "starting"  # starting | waiting_for_lease | pulling | paused | stopping | stopped
@@ -129,7 +137,8 @@ class SubscriptionRuntime:
     # -- control -------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Ask the runtime to shut down (SIGTERM); :meth:`run` returns once it has."""
+        """Ask this instance to shut down (SIGTERM); :meth:`run` returns once it has. The subscription
+        stays active for the other instances unless ``end_on_stop``."""
         self._terminate.set()
 
     def wait_stopped(self, timeout_s: float | None = None) -> bool:
@@ -144,7 +153,7 @@ class SubscriptionRuntime:
                 if self._follow():
                     return 0
                 self._terminate.wait(self.poll_s)
-            self._shutdown(record=True)
+            self._shutdown(record=self.end_on_stop)  # else this instance leaves; the subscription stays active
             return 0
         finally:
             self.phase = "stopped"
@@ -271,7 +280,9 @@ class SubscriptionRuntime:
         return settled
 
     def _shutdown(self, *, record: bool) -> None:
-        """Stop fetching, finish or nack what is held, then record draining and deactivated."""
+        """Stop fetching, finish or nack what is held; with ``record`` (an operator's drain) also
+        record draining and deactivated (the first instance done records them, the others find
+        them recorded)."""
         self.phase = "stopping"
         started = self.monotonic()
         if self.pipeline is not None and self.source is not None:

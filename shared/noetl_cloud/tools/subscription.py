@@ -11,12 +11,14 @@ longer than the timeout. ``ack`` says when the source forgets them:
 * ``manual``: never here; the result carries ``ack_ids`` for a later ``operation: ack`` task
   (within the subscription's ack deadline).
 
-Task fields: ``source`` (``pubsub``; ``nats`` with the ``nats`` extra), ``subscription`` (a full
-``projects/<p>/subscriptions/<s>`` or a short name with ``project``), ``stream`` / ``consumer``
-(NATS), ``batch`` (100), ``timeout_ms`` (10000: real Pub/Sub needs seconds for a synchronous pull),
-``ack``, ``payload_from`` (``message.json``), ``headers`` (a directive allowlist, as in a
-Subscription), ``ack_ids`` (``operation: ack``). The Pub/Sub emulator is found through
-``PUBSUB_EMULATOR_HOST``, a NATS server through ``url`` or the process's ``NOETL_NATS_URL``.
+Task fields: ``source`` (``pubsub``; ``nats`` with the ``nats`` extra; ``kafka`` with the ``kafka``
+extra), ``subscription`` (a full ``projects/<p>/subscriptions/<s>`` or a short name with
+``project``), ``stream`` / ``consumer`` (NATS), ``topic`` / ``group`` (Kafka: the consumer group
+whose committed offsets the drain moves), ``batch`` (100), ``timeout_ms`` (10000: real Pub/Sub
+needs seconds for a synchronous pull), ``ack``, ``payload_from`` (``message.json``), ``headers``
+(a directive allowlist, as in a Subscription), ``ack_ids`` (``operation: ack``). The Pub/Sub emulator is found through
+``PUBSUB_EMULATOR_HOST``, a NATS server through ``url`` or the process's ``NOETL_NATS_URL``, Kafka
+brokers through ``bootstrap_servers`` or ``NOETL_KAFKA_BOOTSTRAP_SERVERS``.
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ from noetl_cloud.engine.outcome import Outcome, ToolCall
 from noetl_cloud.errors import NoetlError
 
 MAX_BATCH = 1000
+#: Each source and the task fields that address it.
+SOURCES = {"pubsub": ("subscription",), "nats": ("stream", "consumer"), "kafka": ("topic", "group")}
 MAX_TIMEOUT_MS = 600_000
 
 
 def _source_key(config: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(str(config.get(k) or "") for k in ("source", "subscription", "project", "stream", "consumer", "url"))
+    fields = ("source", "subscription", "project", "stream", "consumer", "url", "topic", "group", "bootstrap_servers")
+    return tuple(str(config.get(k) or "") for k in fields)
 
 
 def default_source(config: Mapping[str, Any]) -> Any:
@@ -54,7 +59,12 @@ def default_source(config: Mapping[str, Any]) -> Any:
 
         url = config.get("url") or os.environ.get("NOETL_NATS_URL") or "nats://127.0.0.1:4222"
         return NatsSource(str(url), stream=str(config["stream"]), consumer=str(config["consumer"]))
-    raise ValueError(f"unknown source {source!r} (pubsub, nats)")
+    if source == "kafka":
+        from noetl_cloud.runtime.kafka import KafkaSource
+
+        servers = config.get("bootstrap_servers") or os.environ.get("NOETL_KAFKA_BOOTSTRAP_SERVERS") or "127.0.0.1:9092"
+        return KafkaSource(str(servers), topic=str(config["topic"]), group=str(config["group"]))
+    raise ValueError(f"unknown source {source!r} ({', '.join(SOURCES)})")
 
 
 class SubscriptionTool:
@@ -86,9 +96,9 @@ class SubscriptionTool:
         config = call.config
         operation = config.get("operation", "poll")
         source = config.get("source") or "pubsub"
-        if source not in ("pubsub", "nats"):
-            return Outcome.fail("bad_task", f"unknown source {source!r} (pubsub, nats)")
-        address = ("subscription",) if source == "pubsub" else ("stream", "consumer")
+        if source not in SOURCES:
+            return Outcome.fail("bad_task", f"unknown source {source!r} ({', '.join(SOURCES)})")
+        address = SOURCES[source]
         missing = [name for name in address if not config.get(name)]
         if missing:
             return Outcome.fail("bad_task", f"a {source} subscription task needs {', '.join(missing)}")
