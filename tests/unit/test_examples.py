@@ -42,7 +42,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     },
     "children/greet.yaml": {"start": "hi nobody"},
     "sub_playbook.yaml": {},
-    "subscriptions/reading.yaml": {"start": {"sensor": "s-1", "hot": True}},
+    "subscriptions/reading.yaml": {"start": {"sensor": "s-1", "hot": True}},  # --set payload.celsius=31
 }
 
 
