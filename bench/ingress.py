@@ -15,7 +15,7 @@ Goal: b / a >= 0.4 (the forward doubles the HTTP work on the same cores), printe
 ``/proc``, user + system), so a ratio can be read as where the cycles went. Also the ingress
 role's cold start: process start to its first 202.
 
-    make up && apt-get install -y wrk && .venv/bin/python bench/ingress.py [--seconds 10]
+    make up && bash bench/tools.sh && .venv/bin/python bench/ingress.py [--seconds 10]
 
 Prints figures and ratios; never fails on timing.
 """

@@ -34,7 +34,8 @@ def test_the_lock_pins_every_runtime_dependency_within_its_range_and_nothing_of_
         name = canonicalize_name(requirement.name)
         assert name in locked, f"{requirement.name} is a runtime dependency missing from the lock (make lock)"
         assert requirement.specifier.contains(locked[name], prereleases=True), (spec, locked[name])
-    dev_only = {canonicalize_name(Requirement(s).name) for s in PYPROJECT["project"]["optional-dependencies"]["dev"]}
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    dev_only = {canonicalize_name(Requirement(s).name) for s in [*extras["dev"], *extras["local"]]}
     runtime = {canonicalize_name(Requirement(s).name) for s in PYPROJECT["project"]["dependencies"]}
     assert not (dev_only - runtime) & set(locked), sorted((dev_only - runtime) & set(locked))
     assert "noetl-cloud" not in locked

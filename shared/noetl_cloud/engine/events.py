@@ -7,6 +7,7 @@ Event types the engine emits: ``playbook.started|completed|failed``, ``step.star
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -45,24 +46,26 @@ class Emitter:
         self.execution_id = execution_id
         self.stream = f"execution/{execution_id}"
         self.last: EventEnvelope | None = None
+        self._lock = threading.Lock()  # parallel loop iterations emit from several threads
 
     def __call__(
         self, event_type: str, payload: dict[str, Any], *, meta: dict[str, Any] | None = None
     ) -> EventEnvelope:
-        """Emit one event; its causation is the previous event of this execution."""
-        event = self.factory.new(
-            event_type,
-            stream_id=self.stream,
-            aggregate_type="execution",
-            aggregate_id=self.execution_id,
-            execution_id=self.execution_id,
-            payload=payload,
-            meta=meta,
-            causation_id=self.last.event_id if self.last else None,
-        )
-        self.sink.emit(event)
-        self.last = event
-        return event
+        """Emit one event; its causation is the previous event of this execution (one at a time)."""
+        with self._lock:
+            event = self.factory.new(
+                event_type,
+                stream_id=self.stream,
+                aggregate_type="execution",
+                aggregate_id=self.execution_id,
+                execution_id=self.execution_id,
+                payload=payload,
+                meta=meta,
+                causation_id=self.last.event_id if self.last else None,
+            )
+            self.sink.emit(event)
+            self.last = event
+            return event
 
 
 EmitFn = Callable[..., EventEnvelope]

@@ -6,6 +6,7 @@ folder (``.yaml`` added when missing). Events go to a JSONL file when asked, one
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -26,11 +27,14 @@ class JsonlSink:
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
+        self._lock = threading.Lock()  # child playbooks of parallel iterations share the sink
 
     def emit(self, event: EventEnvelope) -> None:
         """Write ``event`` and flush."""
-        self.stream.write(event.to_json() + "\n")
-        self.stream.flush()
+        line = event.to_json() + "\n"
+        with self._lock:
+            self.stream.write(line)
+            self.stream.flush()
 
 
 class _Tee:

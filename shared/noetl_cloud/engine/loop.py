@@ -1,9 +1,12 @@
 """Loops (§7, §3.3): one pipeline run per element, each with its own ``iter`` scope.
 
 * ``sequential``: iterations run one after another; the first failed iteration stops the loop.
-* ``parallel``: up to ``max_in_flight`` iterations are in flight; they are interleaved deterministically, one
-  task attempt each per round, in index order. After a failure no new iteration starts; those in flight
-  finish. ``ctx`` is write-once per key across iterations (§6.6): a conflicting ``set_ctx`` fails the iteration.
+* ``parallel``: up to ``max_in_flight`` iterations (default: all) run at the same time, each on a thread of a
+  pool of that size, and start in index order. After a failure no new iteration starts; those in flight
+  finish. ``ctx`` is write-once per key across iterations (§6.6): a conflicting ``set_ctx`` fails the iteration
+  (which of two racing writers wins is the one that wrote first). The results come back in index order
+  whatever order the iterations end in; the events of iterations in flight interleave as they happen (the
+  emitter is serialized, so each event's causation is the one emitted before it).
 
 ``iter`` holds ``<iterator>`` (the element), ``index`` and, for a loop run inside an outer iteration,
 ``parent`` (the outer ``iter``).
@@ -11,8 +14,10 @@
 
 from __future__ import annotations
 
+import contextvars
 from collections import deque
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -56,26 +61,24 @@ def run_loop(
 def _parallel(
     sc: StepContext, loop: Loop, tasks: tuple[Task, ...], items: list[Any], parent: Mapping[str, Any] | None
 ) -> LoopResult:
-    limit = loop.max_in_flight or max(len(items), 1)
+    limit = max(1, min(loop.max_in_flight or len(items), len(items)))
     pending = deque(enumerate(items))
-    active: list[tuple[int, Generator[None, None, PipelineResult]]] = []
     finished: dict[int, PipelineResult] = {}
     sc.ctx.guard()
     try:
-        while pending or active:
-            while pending and len(active) < limit and not _any_failed(finished):
-                index, item = pending.popleft()
-                scope = iteration_scope(loop, item, index, parent)
-                active.append((index, run_pipeline(sc, tasks, scope, iteration=index, writer=f"iteration {index}")))
-            if not active:
-                break
-            for entry in list(active):
-                index, pipeline = entry
-                try:
-                    next(pipeline)
-                except StopIteration as stop:
-                    finished[index] = stop.value
-                    active.remove(entry)
+        with ThreadPoolExecutor(max_workers=limit, thread_name_prefix=f"loop-{sc.step}") as pool:
+            running: dict[Future[PipelineResult], int] = {}
+            while pending or running:
+                while pending and len(running) < limit and not _any_failed(finished):
+                    index, item = pending.popleft()
+                    scope = iteration_scope(loop, item, index, parent)
+                    pipeline = run_pipeline(sc, tasks, scope, iteration=index, writer=f"iteration {index}")
+                    running[pool.submit(contextvars.copy_context().run, drive, pipeline)] = index
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    finished[running.pop(future)] = future.result()
     finally:
         sc.ctx.unguard()
     failures = sorted(index for index, result in finished.items() if result.status == "failed")

@@ -3,6 +3,10 @@
 A result whose canonical JSON exceeds the threshold (256 KiB by default) is put in a :class:`PayloadStore`;
 the event then carries ``{status, reference, context}`` instead of the value. The in-process runner keeps the
 value itself for templates, so playbooks do not change.
+
+``context`` is a small summary that keeps the event small: ``{count}`` for a list, and for a mapping its scalar
+values that are short (numbers, booleans, null, strings up to :data:`CONTEXT_MAX_STRING` bytes), at most
+:data:`CONTEXT_MAX_KEYS` of them. A large string is exactly what the reference is for, so it stays out.
 """
 
 from __future__ import annotations
@@ -12,6 +16,12 @@ from typing import Any, Protocol
 from noetl_cloud.envelope import canonical_json, sha256_hex
 
 DEFAULT_THRESHOLD = 256 * 1024
+
+#: The longest string (UTF-8 bytes) a reference's ``context`` copies from a mapping result.
+CONTEXT_MAX_STRING = 256
+
+#: The most keys a reference's ``context`` copies from a mapping result.
+CONTEXT_MAX_KEYS = 32
 
 
 class PayloadStore(Protocol):
@@ -53,9 +63,21 @@ class MemoryPayloadStore:
 def _context(value: Any) -> dict[str, Any]:
     if isinstance(value, list):
         return {"count": len(value)}
-    if isinstance(value, dict):
-        return {key: item for key, item in value.items() if isinstance(item, str | int | float | bool) or item is None}
-    return {}
+    if not isinstance(value, dict):
+        return {}
+    context: dict[str, Any] = {}
+    for key, item in value.items():
+        if len(context) >= CONTEXT_MAX_KEYS:
+            break
+        if _small_scalar(item):
+            context[key] = item
+    return context
+
+
+def _small_scalar(item: Any) -> bool:
+    if isinstance(item, str):
+        return len(item) <= CONTEXT_MAX_STRING and len(item.encode()) <= CONTEXT_MAX_STRING
+    return item is None or isinstance(item, int | float | bool)
 
 
 def compact(

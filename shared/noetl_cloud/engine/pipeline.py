@@ -1,7 +1,8 @@
 """The tool pipeline of one step run or loop iteration (§5, §6).
 
-:func:`run_pipeline` is a generator: it yields before each task attempt so the loop driver can interleave
-parallel iterations deterministically, and returns a :class:`PipelineResult`. Each task attempt emits
+:func:`run_pipeline` is a generator: it yields before each task attempt (a point where a driver may stop
+between attempts) and returns a :class:`PipelineResult`; :func:`drive` runs it to its end. Parallel loop
+iterations each drive their own pipeline on a thread (``engine.loop``). Each task attempt emits
 ``task.started`` and ``task.done``; a ``set_ctx`` emits ``ctx.patched``.
 
 * A task's config (all keys but ``kind``/``spec``, minus the tool's ``raw_fields``) and ``spec`` knobs are
@@ -14,6 +15,7 @@ parallel iterations deterministically, and returns a :class:`PipelineResult`. Ea
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 from collections.abc import Callable, Generator, Mapping
@@ -98,17 +100,19 @@ def run_pipeline(
                     decision = decide(task.rules, outcome.status, scope, sc.renderer, step=sc.step, task=task.label)
                 except TemplateFailure as exc:
                     fatal = {"kind": exc.code, "message": exc.message, **_details(exc)}
-            if fatal is None and decision is not None and decision.set_ctx:
-                try:  # a write-once conflict fails this attempt, and task.done says so (§6.6)
-                    sc.ctx.check(decision.set_ctx, writer=writer)
-                except CtxConflict as exc:
-                    fatal = {"kind": exc.code, "message": exc.message, **_details(exc)}
-            delay = None
-            if fatal is None and decision is not None and decision.do == "retry" and attempt < decision.attempts:
-                delay = backoff_delay(decision.backoff, decision.delay, attempt)
-            _task_done(sc, task, attempt, iteration, run_id, outcome, decision, fatal, delay)
-            if fatal is None and decision is not None:
-                _apply_writes(sc, task, decision, iter_scope, writer, run_id)
+            ctx_write = decision.set_ctx if fatal is None and decision is not None else None
+            with sc.ctx.lock if ctx_write else contextlib.nullcontext():  # check, task.done, write: one step
+                if ctx_write:
+                    try:  # a write-once conflict fails this attempt, and task.done says so (§6.6)
+                        sc.ctx.check(ctx_write, writer=writer)
+                    except CtxConflict as exc:
+                        fatal = {"kind": exc.code, "message": exc.message, **_details(exc)}
+                delay = None
+                if fatal is None and decision is not None and decision.do == "retry" and attempt < decision.attempts:
+                    delay = backoff_delay(decision.backoff, decision.delay, attempt)
+                _task_done(sc, task, attempt, iteration, run_id, outcome, decision, fatal, delay)
+                if fatal is None and decision is not None:
+                    _apply_writes(sc, task, decision, iter_scope, writer, run_id)
             if fatal is not None:
                 return PipelineResult("failed", prev, {**fatal, "task": task.label}, iter_scope)
             assert decision is not None

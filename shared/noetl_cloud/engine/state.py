@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,11 +21,16 @@ class CtxStore:
 
     Inside a parallel loop the store is *guarded*: each key may be written by one iteration only; a second
     iteration writing a different value raises :class:`CtxConflict` (an equal value is not a conflict).
+
+    Iterations of a parallel loop run on threads: :attr:`lock` makes a check and the write that follows it one
+    step (hold it across both), and a write replaces :attr:`data` with a new mapping rather than changing the
+    one a template may be reading.
     """
 
     def __init__(self, initial: Mapping[str, Any] | None = None) -> None:
         self.data: dict[str, Any] = copy.deepcopy(dict(initial or {}))
         self._owners: dict[str, str] | None = None
+        self.lock = threading.RLock()
 
     def guard(self) -> None:
         """Start write-once checking (a parallel loop begins)."""
@@ -47,17 +53,20 @@ class CtxStore:
 
     def apply(self, values: Mapping[str, Any], *, writer: str | None = None) -> list[dict[str, Any]]:
         """Write ``values`` and return the patch; nothing is written if any key conflicts."""
-        self.check(values, writer=writer)
-        patch: list[dict[str, Any]] = []
-        for key, value in values.items():
-            if key in self.data and self.data[key] == value:
-                continue
-            op = "replace" if key in self.data else "add"
-            self.data[key] = copy.deepcopy(value)
-            patch.append({"op": op, "path": "/" + _escape(key), "value": value})
-            if self._owners is not None and writer is not None:
-                self._owners.setdefault(key, writer)
-        return patch
+        with self.lock:
+            self.check(values, writer=writer)
+            data = dict(self.data)
+            patch: list[dict[str, Any]] = []
+            for key, value in values.items():
+                if key in data and data[key] == value:
+                    continue
+                op = "replace" if key in data else "add"
+                data[key] = copy.deepcopy(value)
+                patch.append({"op": op, "path": "/" + _escape(key), "value": value})
+                if self._owners is not None and writer is not None:
+                    self._owners.setdefault(key, writer)
+            self.data = data
+            return patch
 
     def snapshot(self) -> dict[str, Any]:
         """A deep copy of the current values."""

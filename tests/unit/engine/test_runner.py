@@ -227,7 +227,7 @@ def test_loop_in_must_be_a_list(harness: Harness) -> None:
     assert result.error["error"]["kind"] == "template_failed" and "must be a list" in result.error["error"]["message"]
 
 
-def test_parallel_loop_interleaves_within_max_in_flight(harness: Harness) -> None:
+def test_parallel_loop_runs_each_iteration_pipeline_in_order(harness: Harness) -> None:
     tasks = [{"a": echo("{{ iter.x }}a")}, {"b": echo("{{ iter.x }}b")}]
     result = harness.run(
         {
@@ -237,7 +237,9 @@ def test_parallel_loop_interleaves_within_max_in_flight(harness: Harness) -> Non
         },
     )
     assert result.status == "completed" and result.results["start"] == ["1b", "2b", "3b"]
-    assert [c.config["value"] for c in harness.echo.calls] == ["1a", "2a", "1b", "2b", "3a", "3b"]
+    calls = [c.config["value"] for c in harness.echo.calls]  # iterations interleave as their threads run
+    assert sorted(calls) == ["1a", "1b", "2a", "2b", "3a", "3b"]
+    assert all(calls.index(f"{x}a") < calls.index(f"{x}b") for x in "123")
 
 
 def test_parallel_set_ctx_is_write_once_per_key(harness: Harness) -> None:
@@ -253,8 +255,10 @@ def test_parallel_set_ctx_is_write_once_per_key(harness: Harness) -> None:
         },
         {"step": "recover", "tool": echo("{{ args.error.kind }}@{{ args.error.iteration }}")},
     )
-    assert result.ctx == {"winner": "a"}
-    assert result.results["recover"] == "ctx_conflict@1"
+    # the two iterations race: the first to write owns the key, the other fails with ctx_conflict
+    winner = result.ctx["winner"]
+    assert winner in ("a", "b")
+    assert result.results["recover"] == f"ctx_conflict@{'ab'.index('b' if winner == 'a' else 'a')}"
 
 
 def test_parallel_equal_writes_are_not_conflicts(harness: Harness) -> None:
