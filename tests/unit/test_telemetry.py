@@ -205,3 +205,15 @@ def test_the_trace_link_answers_the_local_spans_or_redirects_to_cloud_trace(trac
     register_error_handlers(off)
     off.register_blueprint(traces.blueprint(Settings()))
     assert off.test_client().get(f"/api/traces/{trace_id}").status_code == 404
+
+
+def test_calls_made_under_a_remote_parent_name_it(traced: Path) -> None:
+    with telemetry.remote_parent(UPSTREAM):
+        trace = current_trace.get()
+        assert trace is not None and trace.outgoing() == {"traceparent": UPSTREAM}
+    assert current_trace.get() is None
+
+
+def test_health_probes_make_no_spans(tmp_path: Path) -> None:
+    _app("execute", tmp_path).test_client().get("/healthz")
+    assert flushed(tmp_path) == []

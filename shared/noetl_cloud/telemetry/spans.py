@@ -120,9 +120,14 @@ def _attached(traceparent: str) -> Iterator[None]:
     from opentelemetry import context as otel_context
 
     token = otel_context.attach(_extract({"traceparent": traceparent}))
+    parsed = TraceContext.parse(traceparent)
+    # The parent is a span recorded upstream: calls made here before a span of ours opens name it.
+    logged = current_trace.set(dataclasses.replace(parsed, own=True)) if parsed is not None else None
     try:
         yield
     finally:
+        if logged is not None:
+            current_trace.reset(logged)
         otel_context.detach(token)
 
 

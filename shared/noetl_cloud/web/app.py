@@ -167,7 +167,7 @@ def create_app(role: str, settings: Settings) -> Flask:
         g.request_id = request_id
         g.trace = trace_from_headers(request.headers)
         g._tokens = (current_request_id.set(request_id), current_trace.set(g.trace))
-        if spanned and telemetry.tracing():
+        if spanned and telemetry.tracing() and request.path != "/healthz":  # probes make no traces
             route = request.url_rule.rule if request.url_rule is not None else "unmatched"
             parent = None if role in _PUBLIC_ROLES else request.headers
             g._span_end = telemetry.server_span(f"{request.method} {route}", parent, {"http.route": route})
