@@ -11,7 +11,6 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-import urllib3
 from google.cloud import pubsub_v1
 from sqlalchemy import create_engine, text
 
@@ -102,8 +101,6 @@ def test_emulator_push_makes_one_execution_per_message_even_after_a_nack(
             assert sorted(executions(database_url)) == sorted(ids)
 
             # The control plane goes down: the next delivery is answered 503 (a nack) and redelivered.
-            http = urllib3.PoolManager()
-
             def received() -> int:
                 return int(metric_total(tmp_path, "noetl.ingress_received"))
 
