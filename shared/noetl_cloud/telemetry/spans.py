@@ -40,8 +40,27 @@ def tracing() -> bool:
 
 
 def set_tracer(tracer: Tracer | None) -> None:
-    global _tracer
+    global _tracer, _otel
+    if tracer is not None and _otel is None:
+        _otel = _Otel()
     _tracer = tracer
+
+
+class _Otel:
+    """The OpenTelemetry API pieces a span needs, imported once, when tracing is first turned on."""
+
+    def __init__(self) -> None:
+        from opentelemetry import context, trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        self.context = context
+        self.trace = trace
+        self.internal = trace.SpanKind.INTERNAL
+        self.server = trace.SpanKind.SERVER
+        self.propagator = TraceContextTextMapPropagator()
+
+
+_otel: _Otel | None = None
 
 
 def span(
@@ -70,16 +89,14 @@ def _open(
     root: bool,
     kind: SpanKind | None,
 ) -> Iterator[Span]:
-    from opentelemetry import context as otel_context
-    from opentelemetry.trace import SpanKind
-
+    assert _otel is not None
     ctx = None
     if parent:
         ctx = _extract({"traceparent": parent} if isinstance(parent, str) else parent)
     elif root:
-        ctx = otel_context.Context()
+        ctx = _otel.context.Context()
     with tracer.start_as_current_span(
-        name, context=ctx, kind=kind or SpanKind.INTERNAL, attributes=_clean(attributes)
+        name, context=ctx, kind=kind or _otel.internal, attributes=_clean(attributes)
     ) as opened:
         token = current_trace.set(_as_trace_context(opened))
         try:
@@ -94,11 +111,9 @@ def server_span(
     """Open a server span for a request (the web layer's ``before_request``), a child of the caller's
     ``traceparent`` in ``headers`` or a new trace when ``headers`` is ``None`` (the public edge
     trusts no caller's trace). The function it returns ends the span; ``None`` when off."""
-    if _tracer is None:
+    if _tracer is None or _otel is None:
         return None
-    from opentelemetry.trace import SpanKind
-
-    manager = _open(_tracer, name, attributes, headers, headers is None, SpanKind.SERVER)
+    manager = _open(_tracer, name, attributes, headers, headers is None, _otel.server)
     manager.__enter__()
 
     def end(exc: BaseException | None) -> None:
@@ -117,8 +132,8 @@ def remote_parent(traceparent: str | None) -> contextlib.AbstractContextManager[
 
 @contextlib.contextmanager
 def _attached(traceparent: str) -> Iterator[None]:
-    from opentelemetry import context as otel_context
-
+    assert _otel is not None
+    otel_context = _otel.context
     token = otel_context.attach(_extract({"traceparent": traceparent}))
     parsed = TraceContext.parse(traceparent)
     # The parent is a span recorded upstream: calls made here before a span of ours opens name it.
@@ -157,20 +172,16 @@ def traced(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
 
 def annotate(**attributes: Any) -> None:
     """Set attributes on the current span (nothing when off or no span is current)."""
-    if _tracer is None:
+    if _tracer is None or _otel is None:
         return
-    from opentelemetry import trace
-
-    trace.get_current_span().set_attributes(_clean(attributes) or {})
+    _otel.trace.get_current_span().set_attributes(_clean(attributes) or {})
 
 
 def current_trace_dict() -> dict[str, str] | None:
     """The current span's W3C context as ``{"traceparent": ...}``; ``None`` when off or none is current."""
-    if _tracer is None:
+    if _tracer is None or _otel is None:
         return None
-    from opentelemetry import trace
-
-    ctx = trace.get_current_span().get_span_context()
+    ctx = _otel.trace.get_current_span().get_span_context()
     if not ctx.is_valid:
         return None
     return {"traceparent": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags) & 1:02x}"}
@@ -204,9 +215,8 @@ def inject_attributes(messages: Sequence[A]) -> Sequence[A]:
 
 
 def _extract(carrier: Mapping[str, Any]) -> Any:
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    return TraceContextTextMapPropagator().extract(carrier)
+    assert _otel is not None
+    return _otel.propagator.extract(carrier)
 
 
 def _as_trace_context(opened: Span) -> TraceContext:

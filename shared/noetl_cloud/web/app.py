@@ -169,7 +169,12 @@ def create_app(role: str, settings: Settings) -> Flask:
         g._tokens = (current_request_id.set(request_id), current_trace.set(g.trace))
         if spanned and telemetry.tracing() and request.path != "/healthz":  # probes make no traces
             route = request.url_rule.rule if request.url_rule is not None else "unmatched"
-            parent = None if role in _PUBLIC_ROLES else request.headers
+            traceparent = None if role in _PUBLIC_ROLES else request.headers.get("traceparent")
+            parent = (
+                {"traceparent": traceparent, "tracestate": request.headers.get("tracestate", "")}
+                if traceparent
+                else None
+            )
             g._span_end = telemetry.server_span(f"{request.method} {route}", parent, {"http.route": route})
 
     @app.after_request
