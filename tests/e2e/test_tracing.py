@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -84,14 +85,14 @@ def signed(body: bytes, secret: str) -> dict[str, str]:
     }
 
 
-def test_a_webhook_is_one_trace_from_the_ingress_to_its_last_step(
-    hook: str, stack_api: ApiClient, stack_env: dict[str, str]
-) -> None:
+@pytest.fixture(scope="module")
+def webhook(hook: str, stack_api: ApiClient, stack_env: dict[str, str]) -> tuple[str, str]:
+    """One signed delivery to ``tracing-hook``, run to its end: (execution id, its trace id)."""
     secret = (Path(stack_env["NOETL_SECRETS_DIR"]) / "demo_standard_secret").read_text().strip()
     body = json.dumps({"n": 21}).encode()
     answer = HTTP.request("POST", hook, body=body, headers=signed(body, secret))
     assert answer.status == 202, answer.data
-    execution_id = json.loads(answer.data)["execution_id"]
+    execution_id = str(json.loads(answer.data)["execution_id"])
 
     def execution() -> dict[str, Any]:
         return dict(stack_api.get(f"/api/executions/{execution_id}").raise_for_error().json)
@@ -100,7 +101,13 @@ def test_a_webhook_is_one_trace_from_the_ingress_to_its_last_step(
     detail = execution()
     assert detail["status"] == "completed", detail
     # The execution records the trace it belongs to (the console shows and links it).
-    trace_id = detail["trace"]["traceparent"].split("-")[1]
+    return execution_id, str(detail["trace"]["traceparent"].split("-")[1])
+
+
+def test_a_webhook_is_one_trace_from_the_ingress_to_its_last_step(
+    webhook: tuple[str, str], stack_api: ApiClient, stack_env: dict[str, str]
+) -> None:
+    execution_id, trace_id = webhook
 
     folder = Path(stack_env["NOETL_TELEMETRY_DIR"])
 
@@ -163,3 +170,29 @@ def test_the_ingress_counts_through_opentelemetry_and_serves_no_metrics_page(
     assert wait_until(
         lambda: metric_total(folder, "noetl.ingress_rejected", listener="tracing-hook") > rejected, timeout=30
     )
+
+
+def test_the_console_links_the_execution_to_its_trace(webhook: tuple[str, str], stack_env: dict[str, str]) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    execution_id, trace_id = webhook
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.fail("no chromium on PATH: `make test` installs it (bash local/prerequisites.sh --browser)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
+        try:
+            context = browser.new_context(
+                base_url=stack_env["NOETL_API_URL"],
+                extra_http_headers={"Authorization": f"Bearer {stack_env['NOETL_INTERNAL_API_TOKEN']}"},
+            )
+            page = context.new_page()
+            page.goto(f"/console/#/executions/{execution_id}")
+            link = page.locator("#execution-trace")
+            expect(link).to_have_text(trace_id, timeout=30_000)
+            assert link.get_attribute("href") == f"/api/traces/{trace_id}"
+            answer = page.request.get(f"/api/traces/{trace_id}")
+            assert answer.status == 200
+            assert {s["trace_id"] for s in answer.json()["spans"]} == {trace_id}
+        finally:
+            browser.close()

@@ -172,6 +172,8 @@ class WorkerService:
     def _run(
         self, command: dict[str, Any], cid: str, attempt: int, deadline: float, filled: list[Future[None]] | None
     ) -> tuple[Handled, dict[str, Any] | None]:
+        if not telemetry.tracing():  # the hot path: no span, no attributes
+            return self._run_command(command, cid, attempt, deadline, filled)
         attributes = {"noetl.command_id": cid, "noetl.step": command.get("step"), "noetl.attempt": attempt}
         with telemetry.span("worker.command", {**attributes, "noetl.execution_id": command.get("execution_id")}):
             return self._run_command(command, cid, attempt, deadline, filled)
