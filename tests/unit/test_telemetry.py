@@ -217,3 +217,29 @@ def test_calls_made_under_a_remote_parent_name_it(traced: Path) -> None:
 def test_health_probes_make_no_spans(tmp_path: Path) -> None:
     _app("execute", tmp_path).test_client().get("/healthz")
     assert flushed(tmp_path) == []
+
+
+def test_spool_writes_and_drains_are_spans_and_its_bytes_and_circuit_are_gauges(tmp_path: Path) -> None:
+    import json
+
+    from tests.unit.spool_support import SUB, world
+
+    telemetry.configure(settings(tmp_path), "spool_drainer")
+    w = world()
+    target = w.target()
+    for _ in range(2):  # two failed forwards open the circuit
+        w.engine.report(target, w.engine.gate(target), ok=False)
+    with telemetry.span("ingress.forward"):
+        w.spool(target, 1)
+        w.engine.usage(SUB, w.backend)
+    w.clock.advance(1.0)
+    assert w.drainer().drain(target).state == "drained"
+    spans = flushed(tmp_path)  # also exports the metrics
+    by_name = {s["name"]: s for s in spans}
+    assert by_name["spool.write"]["parent_span_id"] == by_name["ingress.forward"]["span_id"]
+    assert "spool.drain" in by_name
+    points = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    last = {p["name"]: p for p in points}
+    assert last["noetl.circuit_open"]["attributes"] == {"subscription": SUB}
+    assert last["noetl.circuit_open"]["value"] == 0  # opened, then closed by the drain's probe
+    assert last["noetl.spool_bytes"]["value"] == 0 and last["noetl.spool_items"]["value"] == 0  # drained
