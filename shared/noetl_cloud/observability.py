@@ -1,4 +1,4 @@
-"""Structured logs in the Cloud Logging JSON shape, and W3C trace context.
+"""Structured logs in the Cloud Logging JSON shape, W3C trace context, and component counters.
 
 A log line is one JSON object on stderr: ``severity``, ``message``, ``time``, ``logger``,
 ``logging.googleapis.com/trace`` (when a trace is current and the project is known),
@@ -35,6 +35,9 @@ class TraceContext:
     flags: str = "01"
     tracestate: str | None = None
     baggage: str | None = None
+    #: The context of a span this process records (noetl_cloud.telemetry): sent downstream as it is,
+    #: so the downstream span's parent exists; a context only passed through gets a child span id.
+    own: bool = False
 
     @property
     def traceparent(self) -> str:
@@ -60,6 +63,10 @@ class TraceContext:
     @classmethod
     def new(cls) -> TraceContext:
         return cls(secrets.token_hex(16), secrets.token_hex(8))
+
+    def outgoing(self) -> dict[str, str]:
+        """The headers (or attributes) a downstream call carries for this context."""
+        return (self if self.own else self.child()).to_dict()
 
     def child(self) -> TraceContext:
         """The same trace with a new span id (what we send downstream)."""
@@ -140,17 +147,24 @@ class CloudLoggingFormatter(logging.Formatter):
 
 
 class Counters:
-    """Monotonic counters with labels, exposed in the Prometheus text format (``GET /metrics``)."""
+    """Monotonic counters with labels of one component: each increment goes to the OpenTelemetry
+    counter ``noetl.<name>`` (:mod:`noetl_cloud.telemetry.metrics`: exported to Cloud Monitoring or
+    the local exporter, nothing when metrics are off), and is kept here for the component's own
+    status (:meth:`value`; the pull runtime's private ``/metrics`` renders :meth:`exposition`)."""
 
     def __init__(self, namespace: str = "noetl") -> None:
+        from noetl_cloud.telemetry.metrics import record  # here, not at import: telemetry imports this module
+
         self.namespace = namespace
         self._values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
         self._lock = threading.Lock()
+        self._record = record
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
         key = (name, tuple(sorted(labels.items())))
         with self._lock:
             self._values[key] = self._values.get(key, 0.0) + amount
+        self._record(name, amount, **labels)
 
     def value(self, name: str, **labels: str) -> float:
         with self._lock:

@@ -44,6 +44,16 @@ class Settings(BaseModel):
     role: str = "cli"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
+    # OpenTelemetry (docs/observability.md): spans off (the no-op tracer: no span objects at all),
+    # to the local exporter (JSON lines under ``telemetry_dir``) or to Cloud Trace; the share of new
+    # traces kept (a trace whose caller sampled it follows the caller); metrics likewise to the local
+    # exporter or Cloud Monitoring, every ``metrics_export_s``.
+    tracing: Literal["off", "local", "cloud"] = "off"
+    tracing_sample_ratio: Annotated[float, Field(ge=0, le=1)] = 1.0
+    metrics: Literal["off", "local", "cloud"] = "off"
+    metrics_export_s: Annotated[float, Field(ge=1, le=3600)] = 60.0
+    telemetry_dir: str | None = None
+
     # Identity and isolation boundary of everything this deployment writes.
     tenant_id: str = Field(default="default", min_length=1, max_length=128)
     organization_id: str = Field(default="default", min_length=1, max_length=128)

@@ -9,8 +9,8 @@ import secrets
 import signal
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
-import urllib3
 from google.cloud import pubsub_v1
 from sqlalchemy import create_engine, text
 
@@ -18,6 +18,7 @@ from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.local.process import stop_group, wait_until
 from noetl_cloud.web.client import ApiClient, static_token
 from tests.e2e.roles import free_port, role, start
+from tests.e2e.telemetry_files import metric_total, metrics_env
 from tests.integration.control_fixtures import PROJECT, TOKEN, Topics, events_topic_for, playbook
 
 PUSH_TOKEN = secrets.token_hex(12)
@@ -54,10 +55,11 @@ def start_execute(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 
 def test_emulator_push_makes_one_execution_per_message_even_after_a_nack(
-    database_url: str, local_env: dict[str, str], topic_prefix: str, topics: Topics
+    database_url: str, local_env: dict[str, str], topic_prefix: str, topics: Topics, tmp_path: Path
 ) -> None:
     env = {
         **local_env,
+        **metrics_env(tmp_path),  # the ingress's counters, through the local OpenTelemetry exporter
         "NOETL_DATABASE_URL": database_url,
         "NOETL_INTERNAL_API_TOKEN": TOKEN,
         "NOETL_COMMAND_TOPIC_PREFIX": topic_prefix,
@@ -99,12 +101,8 @@ def test_emulator_push_makes_one_execution_per_message_even_after_a_nack(
             assert sorted(executions(database_url)) == sorted(ids)
 
             # The control plane goes down: the next delivery is answered 503 (a nack) and redelivered.
-            http = urllib3.PoolManager()
-
             def received() -> int:
-                metrics = http.request("GET", f"{ingress_url}/metrics").data.decode()
-                line = next((x for x in metrics.splitlines() if x.startswith("noetl_ingress_received_total")), "x 0")
-                return int(float(line.rsplit(" ", 1)[1]))
+                return int(metric_total(tmp_path, "noetl.ingress_received"))
 
             before = received()
             stop_group(execute.pid, timeout=10)

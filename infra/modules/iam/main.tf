@@ -261,6 +261,20 @@ resource "google_secret_manager_secret_iam_member" "migrate_db_admin" {
   depends_on = [google_service_account.migrate]
 }
 
+# -- telemetry: every role writes its spans to Cloud Trace and its metrics to Cloud Monitoring ------
+
+# NOETL_TRACING=cloud / NOETL_METRICS=cloud (docs/observability.md). Both roles are write-only agents
+# and exist only at project level.
+resource "google_project_iam_member" "telemetry_writer" {
+  for_each = { for pair in setproduct(tolist(var.roles), ["roles/cloudtrace.agent", "roles/monitoring.metricWriter"]) : "${pair[0]}/${pair[1]}" => pair }
+
+  project = var.project_id
+  role    = each.value[1]
+  member  = local.role_members[each.value[0]]
+
+  depends_on = [google_service_account.role]
+}
+
 # -- the Cloud Build deployer --------------------------------------------------------------------
 
 # Project-wide only what cannot be granted on one resource: reading Cloud Run (listing the services

@@ -74,9 +74,11 @@ locals {
     "artifactregistry.googleapis.com",
     "cloudbuild.googleapis.com",
     "cloudscheduler.googleapis.com",
+    "cloudtrace.googleapis.com",
     "firestore.googleapis.com",
     "iam.googleapis.com",
     "iamcredentials.googleapis.com",
+    "monitoring.googleapis.com",
     "pubsub.googleapis.com",
     "run.googleapis.com",
     "secretmanager.googleapis.com",
@@ -95,6 +97,9 @@ locals {
     NOETL_POOLS                = join(",", sort(tolist(var.pools)))
     NOETL_EVENTS_TOPIC         = local.events_topic
     NOETL_COMMAND_TOPIC_PREFIX = local.command_topic_prefix
+    NOETL_TRACING              = var.telemetry.tracing
+    NOETL_TRACING_SAMPLE_RATIO = tostring(var.telemetry.sample_ratio)
+    NOETL_METRICS              = var.telemetry.metrics
   }
   database_env = {
     NOETL_CLOUDSQL_INSTANCE = module.cloudsql.connection_name

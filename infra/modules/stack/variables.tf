@@ -144,6 +144,26 @@ variable "tenant" {
   }
 }
 
+variable "telemetry" {
+  description = "OpenTelemetry of every role (docs/observability.md): spans to Cloud Trace (cloud) or none (off), the share of new traces kept, metrics to Cloud Monitoring (cloud) or none (off)."
+  type = object({
+    tracing      = optional(string, "cloud")
+    sample_ratio = optional(number, 0.1)
+    metrics      = optional(string, "cloud")
+  })
+  default = {}
+
+  validation {
+    condition     = contains(["off", "cloud"], var.telemetry.tracing) && contains(["off", "cloud"], var.telemetry.metrics)
+    error_message = "telemetry.tracing and telemetry.metrics are off or cloud."
+  }
+
+  validation {
+    condition     = var.telemetry.sample_ratio >= 0 && var.telemetry.sample_ratio <= 1
+    error_message = "telemetry.sample_ratio is between 0 and 1."
+  }
+}
+
 variable "firestore_location" {
   description = "Firestore location (a region or a multi-region such as nam5 / eur3)."
   type        = string

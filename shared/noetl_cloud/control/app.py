@@ -14,7 +14,7 @@ from flask import Flask, Response, g, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import DBAPIError
 
-from noetl_cloud import console
+from noetl_cloud import console, telemetry
 from noetl_cloud.auth.internal import InternalAuth, install
 from noetl_cloud.control import executions_api, runtime_events, spool_events
 from noetl_cloud.control.bootstrap import ControlPlane
@@ -24,6 +24,7 @@ from noetl_cloud.errors import BadRequest, Forbidden
 from noetl_cloud.observability import configure_logging
 from noetl_cloud.replay import api as replay_api
 from noetl_cloud.settings import Settings
+from noetl_cloud.telemetry import traces
 from noetl_cloud.web import create_app, json_body
 from noetl_cloud.web.app import MAX_FORWARD_BYTES, body_limit
 from noetl_cloud.web.errors import error_response
@@ -122,6 +123,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     @body_limit(MAX_FORWARD_BYTES)  # what the ingress accepts (a listener's body up to 32 MiB), it forwards
     def execute() -> tuple[dict[str, Any], int]:
         result = plane.executions.start_one(json_body(ExecuteRequest))
+        telemetry.annotate(**{"noetl.execution_id": result.execution_id, "noetl.status": result.status})
         return {
             "execution_id": result.execution_id,
             "status": result.status,
@@ -227,6 +229,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     app.register_blueprint(replay_api.blueprint(lambda: plane.replay))
     app.register_blueprint(executions_api.blueprint(lambda: plane.execution_queries, lambda: plane.executions))
     app.register_blueprint(console.blueprint())
+    app.register_blueprint(traces.blueprint(plane.settings))  # where the console's trace link goes
     return app
 
 

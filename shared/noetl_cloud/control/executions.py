@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, func, select, text
 
+from noetl_cloud import telemetry
 from noetl_cloud.control.catalog import CatalogCache, CatalogEntry, CatalogKey, CatalogService
 from noetl_cloud.control.models import ExecuteRequest, ItemResult
 from noetl_cloud.control.orchestrator import Orchestrator
@@ -240,7 +241,7 @@ class ExecutionService:
         if request.parent_execution_id is not None:
             parent = parents.get(int(request.parent_execution_id))
             return parent[0] if parent is not None else None
-        return None
+        return telemetry.current_trace_dict()  # tracing: the execution continues the request's trace
 
     def _parents(
         self, conn: Connection, requests: Sequence[ExecuteRequest]

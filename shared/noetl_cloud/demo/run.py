@@ -475,7 +475,6 @@ def inspect_commands(
     noetl = ".venv/bin/noetl-cloud"
     version = summary["playbook"]["version"]
     runtime = f"http://127.0.0.1:{port_base + port_of('subscription_runtime')}"
-    ingress = f"http://127.0.0.1:{port_base + port_of('ingress')}"
     demo_db = setup.demo_database_url(database_url)
     sql = (
         "SELECT batch, count(*) AS orders, count(DISTINCT frame_id) AS frames FROM demo_orders "
@@ -493,8 +492,12 @@ def inspect_commands(
         ),
         ("replay parity of one execution", f"{noetl} replay verify --execution-id {eid}"),
         ("a listener's spool (empty again after the drain)", f"{noetl} spool ls demo/webhooks/standard"),
-        ("the runtime holding demo/pubsub/orders; the ingress's counters", f"curl -s {runtime}/status"),
-        (None, f"curl -s {ingress}/metrics"),
+        ("the runtime holding demo/pubsub/orders", f"curl -s {runtime}/status"),
+        (
+            "the spans and the counters of every role (the local OpenTelemetry exporter; the execution's trace id "
+            "is in its 'trace', and GET /api/traces/<trace id> answers that trace's spans)",
+            'tail -n 5 "$NOETL_TELEMETRY_DIR/spans.jsonl" "$NOETL_TELEMETRY_DIR/metrics.jsonl"',
+        ),
         ("the rows the frames saved", f"psql '{demo_db}' -c \"{sql}\""),
         ("each role's log", f"ls {logs}/"),
     ]

@@ -42,9 +42,8 @@ def build_app(settings: Settings, service: IngressService) -> Flask:
         outcome = service.handle(listener, config, body, list(request.headers.items()), request.args.to_dict())
         return jsonify(outcome.body()), outcome.http_status
 
-    @app.get("/metrics")
-    def metrics() -> Response:
-        return Response(service.counters.exposition(), mimetype="text/plain; version=0.0.4")
+    # No /metrics here: the public edge shows nothing of its listeners (issue #21 item 8). Its counters
+    # go out through OpenTelemetry (NOETL_METRICS: Cloud Monitoring, or the local exporter).
 
     return app
 

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from noetl_cloud import telemetry
 from noetl_cloud.errors import ConfigError, NoetlError, Unavailable
 from noetl_cloud.ingress.audit import AuditSampler
 from noetl_cloud.ingress.directives import plan_dispatch
@@ -126,7 +127,8 @@ class IngressService:
         self.counters.inc("ingress_received", listener=listener)
         try:
             verify_cfg = VerifyConfig.from_mapping(config.get("verify") or {})
-            identity = self._verify(listener, config, verify_cfg, body, header_pairs, query or {})
+            with telemetry.span("ingress.verify", {"noetl.verify.type": verify_cfg.type}):
+                identity = self._verify(listener, config, verify_cfg, body, header_pairs, query or {})
         except ConfigError as exc:  # the operator's problem: logged in full, the sender told nothing of it
             log.error("listener %s is misconfigured: %s", listener, exc.message, extra={"error_code": exc.code})
             raise ListenerMisconfigured() from None
@@ -138,7 +140,10 @@ class IngressService:
         if isinstance(claim, Outcome):
             return claim
         try:
-            outcome = self._dispatch(listener, config, verify_cfg, identity, body, header_pairs)
+            with telemetry.span("ingress.forward") as forwarding:
+                outcome = self._dispatch(listener, config, verify_cfg, identity, body, header_pairs)
+                if forwarding is not None:
+                    forwarding.set_attribute("noetl.outcome", outcome.status)
         except BaseException:
             if claim is not None:
                 self._release(claim)
@@ -289,8 +294,9 @@ class IngressService:
         request: dict[str, Any] = {"path": plan.playbook, "workload": message.workload(), "meta": meta}
         if plan.execution_pool:
             request["execution_pool"] = plan.execution_pool
-        if plan.trace and plan.trace.get("traceparent"):
-            request["trace"] = plan.trace
+        trace = telemetry.forward_trace(plan.trace)  # the execution continues this span's trace when tracing
+        if trace and trace.get("traceparent"):
+            request["trace"] = trace
         if config.get("subscription_id"):
             request["parent_execution_id"] = config["subscription_id"]
         if plan.dedup:

@@ -96,8 +96,10 @@ class LocalStack:
         pools: tuple[str, ...] = ("shared",),
         root: Path | None = None,
         http_allow: tuple[str, ...] = (),
+        telemetry: tuple[str, str] = ("local", "local"),
     ) -> None:
         self.state_dir = state_dir
+        self.telemetry = telemetry  # NOETL_TRACING and NOETL_METRICS of the roles
         self.pools = pools
         self.http_allow = http_allow
         self.root = root or project_root()
@@ -115,7 +117,8 @@ class LocalStack:
         # What the local worker's http tasks may reach besides the demo's API (NOETL_HTTP_TOOL_ALLOW's form).
         extra = {"NOETL_HTTP_TOOL_ALLOW": env.get("NOETL_LOCAL_HTTP_TOOL_ALLOW", "")}
         http_allow = Settings.from_env(extra).http_tool_allow
-        return cls(default_state_dir(env), base, pools, http_allow=http_allow)
+        telemetry = (env.get("NOETL_LOCAL_TRACING") or "local", env.get("NOETL_LOCAL_METRICS") or "local")
+        return cls(default_state_dir(env), base, pools, http_allow=http_allow, telemetry=telemetry)
 
     # -- components ---------------------------------------------------------------------------
 
@@ -259,6 +262,12 @@ class LocalStack:
             "NOETL_SPOOL_BUCKET": SPOOL_BUCKET,
             # http tasks reach public addresses and, locally, the demo's API only (not the stack's services).
             "NOETL_HTTP_TOOL_ALLOW": ",".join([f"127.0.0.1:{self.port_base + DEMO_API_PORT}", *self.http_allow]),
+            # Spans and metrics as JSON lines under the state folder (docs/observability.md);
+            # NOETL_LOCAL_TRACING / NOETL_LOCAL_METRICS=off start the stack without them (benchmarks).
+            "NOETL_TRACING": self.telemetry[0],
+            "NOETL_METRICS": self.telemetry[1],
+            "NOETL_METRICS_EXPORT_S": "5",
+            "NOETL_TELEMETRY_DIR": str(self.state_dir / "telemetry"),
         }
 
     def _ensure_worker_push(self, env: dict[str, str]) -> str:

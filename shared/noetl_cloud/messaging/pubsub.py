@@ -20,6 +20,7 @@ from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 from google.pubsub_v1 import PublisherClient as PublishApi
 from google.pubsub_v1 import PubsubMessage
 
+from noetl_cloud import telemetry
 from noetl_cloud.messaging.port import OutboundMessage
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class PubSubPublisher:
         return str(self.client.topic_path(self.project_id, topic))
 
     def publish(self, messages: Sequence[OutboundMessage]) -> list[str | None]:
+        messages = telemetry.inject_attributes(messages)  # the current span's traceparent, when tracing
         if len(messages) > 1:
             return self._publish_requests(messages)
         return self._publish_batching(messages)

@@ -144,6 +144,10 @@ EXECUTE = RoleContract(
             query=(Query("after", _ID), Query("wait", {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S})),
             errors=(400, 404),
         ),
+        ("traces.get_trace", "GET"): _op(
+            "A trace's spans from the local exporter (NOETL_TRACING=local), or a redirect to Cloud Trace (cloud)",
+            errors=(400, 404),
+        ),
         ("cancel_execution", "POST"): _op(
             "Cancel an execution", body=Cancel, body_required=False, errors=(400, 404, 409, 422)
         ),
@@ -253,7 +257,6 @@ INGRESS = RoleContract(
             answers={200: None, 202: None},
             errors=(400, 401, 403, 404, 413, 429, 503),
         ),
-        ("metrics", "GET"): _op("Delivery counters (Prometheus text)", text=True),
     },
 )
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from flask import Flask, request
 
+from noetl_cloud import telemetry
 from noetl_cloud.auth import push as push_endpoint
 from noetl_cloud.auth.internal import InternalAuth, install
 from noetl_cloud.errors import BadRequest
@@ -68,7 +69,9 @@ def build_app(role: ProjectorRole, push_auth: InternalAuth, api_auth: InternalAu
             drop=CREDENTIAL_HEADERS,
             new_id=lambda: secrets.token_hex(8),
         )
-        result = role.projector.handle(event_id_of(pushed.payload, pushed.attributes))
+        event_id = event_id_of(pushed.payload, pushed.attributes)
+        with telemetry.span("projector.apply", {"noetl.event_id": event_id}, parent=pushed.attributes):
+            result = role.projector.handle(event_id)
         return result.body(), 200
 
     @app.get("/api/projector/status")

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
+from noetl_cloud import telemetry
 from noetl_cloud.envelope import format_time
 from noetl_cloud.errors import NoetlError, Unavailable
 from noetl_cloud.spool import events as ev
@@ -184,6 +185,7 @@ class Drainer:
 
     # -- one subscription ------------------------------------------------------------------------
 
+    @telemetry.traced("spool.drain")
     def drain(self, target: SpoolTarget, *, resume: bool = False) -> DrainReport:
         sub = target.subscription
         report = DrainReport(sub, started=self.monotonic())

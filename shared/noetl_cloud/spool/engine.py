@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal
 
+from noetl_cloud import telemetry
 from noetl_cloud.envelope import utc_now
 from noetl_cloud.errors import Unavailable
 from noetl_cloud.kv.port import Clock, KeyValueStore
@@ -215,11 +216,13 @@ class SpoolEngine:
     def circuit_opened(self, target: SpoolTarget, state: CircuitState) -> None:
         opened_at = state.opened_at or self.clock()
         log.warning("circuit opened", extra={"downstream": target.downstream, "subscription": target.subscription})
+        telemetry.gauge("circuit_open", 1, subscription=target.subscription)
         event = ev.circuit_opened(target.downstream, target.subscription, opened_at, state.consecutive_failures)
         self._emit(target.subscription, [event])
 
     def circuit_closed(self, target: SpoolTarget, outage_since: datetime | None) -> None:
         log.info("circuit closed", extra={"downstream": target.downstream, "subscription": target.subscription})
+        telemetry.gauge("circuit_open", 0, subscription=target.subscription)
         self._emit(
             target.subscription, [ev.circuit_closed(target.downstream, target.subscription, outage_since, self.clock())]
         )
@@ -254,6 +257,8 @@ class SpoolEngine:
         if backend.list(subscription, limit=1):  # spooled while the mark went: put it back
             self.mark_backlog(subscription)
             return False
+        telemetry.gauge("spool_bytes", 0, subscription=subscription)
+        telemetry.gauge("spool_items", 0, subscription=subscription)
         return True
 
     def halted(self, subscription: str) -> dict[str, Any] | None:
@@ -276,6 +281,8 @@ class SpoolEngine:
         if cached is not None and cached[0] > now:
             return cached[1], cached[2]
         count, size = backend.usage(subscription)
+        telemetry.gauge("spool_bytes", size, subscription=subscription)
+        telemetry.gauge("spool_items", count, subscription=subscription)
         with self._lock:
             self._usage[subscription] = (now + self.usage_ttl_s, count, size)
         return count, size
@@ -286,6 +293,7 @@ class SpoolEngine:
             if cached is not None:
                 self._usage[subscription] = (cached[0], cached[1] + 1, cached[2] + size)
 
+    @telemetry.traced("spool.write")
     def spool(
         self,
         target: SpoolTarget,

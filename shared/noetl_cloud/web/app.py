@@ -26,7 +26,7 @@ from werkzeug.routing import BaseConverter, IntegerConverter, Map
 from werkzeug.utils import cached_property
 from werkzeug.wsgi import LimitedStream, get_input_stream
 
-from noetl_cloud import jsonsafe
+from noetl_cloud import jsonsafe, telemetry
 from noetl_cloud.errors import BadRequest, PayloadTooLarge
 from noetl_cloud.observability import (
     TraceContext,
@@ -48,6 +48,11 @@ MAX_LISTENER_BODY = 32 * 1024 * 1024
 #: ``1E9`` comes back as ``1000000000.0``), hence twice the largest body; beyond that the control
 #: plane answers 413, a permanent refusal (dead-lettered for Pub/Sub push), never a retry.
 MAX_FORWARD_BYTES = 2 * MAX_LISTENER_BODY
+
+#: Roles whose requests are Pub/Sub pushes: their handlers open the span, from the message's attributes.
+_PUSHED_ROLES = frozenset({"worker", "projector"})
+#: The public edge: its spans start a new trace whatever ``traceparent`` a caller sends.
+_PUBLIC_ROLES = frozenset({"ingress"})
 
 _CLOUD_TRACE = re.compile(r"^([0-9a-fA-F]{32})/(\d+)")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -143,6 +148,8 @@ def create_app(role: str, settings: Settings) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.config["NOETL_SETTINGS"] = settings
     register_error_handlers(app)
+    telemetry.configure(settings, role)
+    spanned = role not in _PUSHED_ROLES
 
     @app.before_request
     def _begin() -> None:
@@ -160,14 +167,28 @@ def create_app(role: str, settings: Settings) -> Flask:
         g.request_id = request_id
         g.trace = trace_from_headers(request.headers)
         g._tokens = (current_request_id.set(request_id), current_trace.set(g.trace))
+        if spanned and telemetry.tracing() and request.path != "/healthz":  # probes make no traces
+            route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+            traceparent = None if role in _PUBLIC_ROLES else request.headers.get("traceparent")
+            parent = (
+                {"traceparent": traceparent, "tracestate": request.headers.get("tracestate", "")}
+                if traceparent
+                else None
+            )
+            g._span_end = telemetry.server_span(f"{request.method} {route}", parent, {"http.route": route})
 
     @app.after_request
     def _end(response: Response) -> Response:
         response.headers["X-Request-Id"] = g.get("request_id", "")
+        if "_span_end" in g:
+            telemetry.annotate(**{"http.response.status_code": response.status_code})
         return response
 
     @app.teardown_request
     def _reset(_exc: BaseException | None) -> None:
+        end_span = g.pop("_span_end", None)
+        if end_span is not None:
+            end_span(_exc)
         tokens = g.pop("_tokens", None)
         if tokens is not None:
             current_request_id.reset(tokens[0])

@@ -257,7 +257,7 @@ class ApiClient:
             headers["authorization"] = f"Bearer {self._token_source()}"
         trace = current_trace.get()
         if trace is not None and "traceparent" not in given:
-            headers.update(trace.child().to_dict())
+            headers.update(trace.outgoing())
         request_id = current_request_id.get()
         if request_id and "x-request-id" not in given:
             headers["x-request-id"] = request_id

@@ -62,7 +62,8 @@ def build_app(settings: Settings, service: CommandHandler, auth: InternalAuth) -
             new_id=lambda: secrets.token_hex(8),
         )
         data = pushed.payload if isinstance(pushed.payload, dict) else pushed.attributes
-        notification = Notification.from_mapping(data)
+        # The W3C context rides in the attributes (messaging.pubsub), beside a JSON body that lacks it.
+        notification = Notification.from_mapping({"traceparent": pushed.attributes.get("traceparent"), **data})
         handled = service.handle(notification)
         return jsonify(handled.body()), 200
 
@@ -81,6 +82,7 @@ def auth_from_settings(settings: Settings) -> InternalAuth:
 
 def service_from_settings(settings: Settings) -> WorkerService:
     """The worker service calling the control plane at ``NOETL_API_URL`` with the built-in tools."""
+    from noetl_cloud.telemetry.tools import traced_tools
     from noetl_cloud.tools.registry import default_registry
 
     settings.require("api_url")
@@ -99,7 +101,7 @@ def service_from_settings(settings: Settings) -> WorkerService:
     return WorkerService(
         api,
         worker_id=settings.worker_id or default_worker_id(settings.worker_pool),
-        tools=default_registry(http_allow=settings.http_tool_allow),
+        tools=traced_tools(default_registry(http_allow=settings.http_tool_allow)),
         heartbeat_s=settings.worker_heartbeat_s,
         eager_budget_s=settings.worker_eager_budget_s,
         eager_slots=settings.worker_eager_slots,

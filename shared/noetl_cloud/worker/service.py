@@ -42,6 +42,7 @@ from concurrent.futures import Future
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from noetl_cloud import telemetry
 from noetl_cloud.engine.outcome import Clock, Outcome, ToolResolver
 from noetl_cloud.engine.templates import Renderer
 from noetl_cloud.envelope import parse_time, utc_now
@@ -131,7 +132,7 @@ class WorkerService:
         trace = TraceContext.parse(note.traceparent)
         token = current_trace.set(trace.child()) if trace is not None and current_trace.get() is None else None
         try:
-            with execution_scope(note.execution_id):
+            with execution_scope(note.execution_id), telemetry.remote_parent(note.traceparent):
                 return self._handle(note)
         finally:
             if token is not None:
@@ -169,6 +170,15 @@ class WorkerService:
                 break
 
     def _run(
+        self, command: dict[str, Any], cid: str, attempt: int, deadline: float, filled: list[Future[None]] | None
+    ) -> tuple[Handled, dict[str, Any] | None]:
+        if not telemetry.tracing():  # the hot path: no span, no attributes
+            return self._run_command(command, cid, attempt, deadline, filled)
+        attributes = {"noetl.command_id": cid, "noetl.step": command.get("step"), "noetl.attempt": attempt}
+        with telemetry.span("worker.command", {**attributes, "noetl.execution_id": command.get("execution_id")}):
+            return self._run_command(command, cid, attempt, deadline, filled)
+
+    def _run_command(
         self, command: dict[str, Any], cid: str, attempt: int, deadline: float, filled: list[Future[None]] | None
     ) -> tuple[Handled, dict[str, Any] | None]:
         """Run one claimed command and report it; the next command the answer hands over, if any. With
@@ -239,7 +249,9 @@ class WorkerService:
         self.slots.release(reserved - len(further))
         for handed_over in further:
             assert filled is not None  # only a report that offered slots gets more than one command
-            filled.append(self.slots.run(functools.partial(self._chain, handed_over, deadline, None)))
+            filled.append(
+                self.slots.run(telemetry.in_context(functools.partial(self._chain, handed_over, deadline, None)))
+            )
         if answer.ok:
             duplicate = isinstance(answer.json, dict) and answer.json.get("duplicate") is True
             log.info("command reported", extra={"command_id": cid, "status": report.status, "duplicate": duplicate})

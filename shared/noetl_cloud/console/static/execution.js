@@ -39,7 +39,11 @@ function renderDetail(detail) {
     summary.append(el("dd", {}, el("a", { href: `#/executions/${detail.meta.rerun_of}`, text: detail.meta.rerun_of })));
   }
   for (const [label, value] of summaryItems(detail)) {
-    summary.append(el("dt", { text: label }), el("dd", { text: value }));
+    // The trace id links to the trace: Cloud Trace, or the local exporter's spans (docs/observability.md).
+    const shown = label === "Trace" && /^[0-9a-f]{32}$/.test(value)
+      ? el("a", { href: `/api/traces/${value}`, text: value, target: "_blank", rel: "noopener", id: "execution-trace" })
+      : value;
+    summary.append(el("dt", { text: label }), typeof shown === "string" ? el("dd", { text: shown }) : el("dd", {}, shown));
   }
   $("#rerun").hidden = !ENDED.includes(detail.status);
   const failure = $("#execution-error");
