@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: install prerequisites up demo down status test test-unit lint lock bench clean
+.PHONY: install prerequisites up demo down status test test-unit lint lock schedule bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check shared functions tests bench
 	$(BIN)/mypy
 	@command -v terraform >/dev/null && terraform fmt -check -recursive infra || echo "terraform not installed: skipped fmt check"
+
+## infra/modules/stack/maintenance_schedule.tf from the package's maintenance schedule
+## (shared/noetl_cloud/maintenance/schedule.py; docs/operations.md).
+schedule: $(STAMP)
+	$(BIN)/python -m noetl_cloud.maintenance.schedule
 
 ## functions/requirements.lock: the image's runtime dependencies with their hashes (after changing
 ## pyproject.toml's dependencies; docs/deploy.md, "The image").
