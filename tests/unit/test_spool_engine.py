@@ -175,3 +175,38 @@ def test_the_event_sink_is_not_retried_on_every_spool_during_an_outage() -> None
     for n in range(5):
         w.spool(target, n)
     assert len(calls) == 1  # backed off after the first failure
+
+
+def test_a_message_spooled_behind_a_backlog_asks_the_drainer_to_probe_once_the_probe_is_due() -> None:
+    """Recovery under traffic waits for no schedule: the spooling ingress nudges the drainer, once per
+    ``probe_after_ms``; before the probe is due, and with a closed circuit, it does not."""
+    w = world()
+    nudged: list[str] = []
+    w.engine.on_probe_due = lambda target: nudged.append(target.subscription)
+    target = w.target()  # probe_after_ms: 1000
+    for _ in range(2):
+        w.engine.report(target, w.engine.gate(target), ok=False)
+    w.spool(target, 1)  # the backlog: from now on the drainer probes
+    assert w.engine.gate(target).action == "spool" and nudged == []  # the probe is not due yet
+    w.clock.advance(1.0)
+    assert w.engine.gate(target).action == "spool" and nudged == [SUB]
+    w.clock.advance(0.5)
+    assert w.engine.gate(target).action == "spool" and nudged == [SUB]  # once per probe_after_ms
+    w.clock.advance(0.5)
+    w.engine.gate(target)
+    assert nudged == [SUB, SUB]
+
+
+def test_a_nudge_that_fails_does_not_fail_the_delivery() -> None:
+    w = world()
+
+    def broken(target: object) -> None:
+        raise RuntimeError("drainer unreachable")
+
+    w.engine.on_probe_due = broken
+    target = w.target()
+    for _ in range(2):
+        w.engine.report(target, w.engine.gate(target), ok=False)
+    w.spool(target, 1)
+    w.clock.advance(2.0)
+    assert w.engine.gate(target).action == "spool"

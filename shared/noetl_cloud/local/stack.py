@@ -349,6 +349,13 @@ class LocalStack:
         finally:
             client.close()
 
+    def start_scheduler(self, env: dict[str, str], echo: Callable[[str], None] = print) -> None:
+        """Start the scheduler with ``env`` (the roles' token, ``NOETL_SCHEDULER_EVERY_S``) unless it runs;
+        recorded, so ``down`` stops it. For a caller that starts the roles itself (the fault suite)."""
+        state = self._load()
+        recorded: dict[str, Any] = state.setdefault("components", {})
+        self._start((SCHEDULER,), {SCHEDULER: self.scheduler_component(env)}, recorded, state, echo)
+
     def stop_role(self, name: str, echo: Callable[[str], None] = print) -> bool:
         """Stop one running role of this stack (the next ``up`` with it starts it again); whether it ran."""
         state = self._load()

@@ -19,7 +19,11 @@ every failure pause live traffic.
 
 **Who probes.** While spooled items wait, the drainer probes with the oldest of them (a real
 dispatch, so a downstream without a health endpoint still recovers); a live message is the probe
-only when nothing is spooled. **The backlog mark** (``spool/backlog/<subscription>`` in the
+only when nothing is spooled. A message spooled while the probe is due asks the drainer to probe
+now (``on_probe_due``, at most once per ``probe_after_ms`` per subscription and process), so
+recovery under traffic waits for neither the drainer's schedule nor an operator.
+
+**The backlog mark** (``spool/backlog/<subscription>`` in the
 coordination store) says items wait: it is checked after every spool write (but a failed forward
 of a closed circuit), and the drainer
 removes it only when a listing after the removal still finds the spool empty, so a live message
@@ -44,7 +48,7 @@ from noetl_cloud.kv.port import Clock, KeyValueStore
 from noetl_cloud.spec.spool import Spool
 from noetl_cloud.spool import events as ev
 from noetl_cloud.spool.backends import Backends
-from noetl_cloud.spool.circuit import CircuitBreaker, CircuitConfig, CircuitState
+from noetl_cloud.spool.circuit import CircuitBreaker, CircuitConfig, CircuitState, probe_due
 from noetl_cloud.spool.item import SpoolItem, SpoolItemExists, SpoolRef
 from noetl_cloud.spool.policy import (
     Full,
@@ -142,6 +146,7 @@ class SpoolEngine:
         monotonic: Callable[[], float] = time.monotonic,
         usage_ttl_s: float = USAGE_TTL_S,
         on_circuit_closed: Callable[[SpoolTarget], None] | None = None,
+        on_probe_due: Callable[[SpoolTarget], None] | None = None,
     ) -> None:
         self.kv = kv
         self.journal = journal
@@ -152,6 +157,8 @@ class SpoolEngine:
         self.monotonic = monotonic
         self.usage_ttl_s = usage_ttl_s
         self.on_circuit_closed = on_circuit_closed
+        self.on_probe_due = on_probe_due
+        self._nudged: dict[str, float] = {}
         self._usage: dict[str, tuple[float, int, int]] = {}
         self._alerted: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
@@ -189,6 +196,8 @@ class SpoolEngine:
                 return Gate("spool", holder, "circuit_open", decision.state)
             raise CircuitOpen(f"the circuit of {target.downstream} is open; retry later")
         # Items wait: the drainer probes with the oldest of them; this message joins the backlog.
+        if probe_due(state, self.clock(), breaker.config):
+            self._nudge(target)
         since = state.outage_since or state.opened_at
         action = on_downstream_failure(
             spool.mode, target.source_kind, since, self.clock(), spool.hybrid_escalate_after_ms
@@ -196,6 +205,21 @@ class SpoolEngine:
         if action == "spool":
             return Gate("spool", holder, "circuit_open", state)
         raise CircuitOpen(f"the circuit of {target.downstream} is open; retry later")
+
+    def _nudge(self, target: SpoolTarget) -> None:
+        """Ask the drainer to probe (and drain) now; once per ``probe_after_ms`` (at least 1 s) per subscription."""
+        if self.on_probe_due is None:
+            return
+        now = self.monotonic()
+        every = max(1.0, target.spool.circuit.probe_after_ms / 1000.0)
+        with self._lock:
+            if now < self._nudged.get(target.subscription, float("-inf")) + every:
+                return
+            self._nudged[target.subscription] = now
+        try:
+            self.on_probe_due(target)
+        except Exception:  # noqa: BLE001 - best effort: the drainer's schedule probes anyway
+            log.warning("drainer not asked to probe", extra={"subscription": target.subscription})
 
     def report(self, target: SpoolTarget, gate: Gate, ok: bool) -> None:
         """The dispatch of ``gate`` succeeded (the downstream answered) or failed (it is unavailable)."""
