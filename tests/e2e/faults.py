@@ -37,7 +37,7 @@ from sqlalchemy import Engine, create_engine, text
 from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.local.components import PROJECT_ID
 from noetl_cloud.local.process import stop_group, wait_until
-from noetl_cloud.local.stack import ROLE_PORTS, LocalStack
+from noetl_cloud.local.stack import ROLE_PORTS, ROLE_WORKERS, LocalStack
 from noetl_cloud.web.client import ApiClient, static_token
 from tests.e2e.roles import ROOT, start, start_runtime
 from tests.e2e.test_subscription_runtime import subscription as pull_subscription
@@ -258,7 +258,10 @@ class FaultStack:
             assert wait_until(lambda: self.runtime_phase() == "pulling", timeout=60), self.runtime_phase()
             return
         threads = {"worker": 8, "execute": 8, "projector": 4}.get(name, 4)
-        self.procs[name] = start(name, self.role_env(name), self.port(name), workers=2, threads=threads)
+        # One ingress process, as its container runs it (functions/entrypoint.sh): the listener
+        # configuration it keeps serving while the control plane is down is per process.
+        workers = ROLE_WORKERS.get(name, 2)
+        self.procs[name] = start(name, self.role_env(name), self.port(name), workers=workers, threads=threads)
 
     def kill_role(self, name: str) -> None:
         """SIGKILL the role's whole process group (gunicorn's arbiter and its workers)."""

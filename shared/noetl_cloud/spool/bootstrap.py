@@ -78,7 +78,7 @@ class DrainTrigger:
             try:
                 client.post("/drain", json={"subscription": target.subscription})
             except NoetlError:  # the schedule drains anyway
-                log.info("drainer not reached after a circuit closed")
+                log.info("drainer not reached (asked to drain now); its schedule drains anyway")
 
         threading.Thread(target=call, daemon=True).start()
 
