@@ -210,3 +210,15 @@ def test_a_nudge_that_fails_does_not_fail_the_delivery() -> None:
     w.spool(target, 1)
     w.clock.advance(2.0)
     assert w.engine.gate(target).action == "spool"
+
+
+def test_live_traffic_behind_the_backlog_of_a_closed_circuit_asks_for_a_drain_again() -> None:
+    """A drain that ended while live messages kept being spooled leaves the backlog mark: the next
+    message spooled behind it asks the drainer again, so live traffic is not spooled until the schedule."""
+    w = world()
+    nudged: list[str] = []
+    w.engine.on_probe_due = lambda target: nudged.append(target.subscription)
+    target = w.target()
+    w.spool(target, 1)  # the mark, with the circuit closed
+    gate = w.engine.gate(target)
+    assert (gate.action, gate.reason) == ("spool", "draining") and nudged == [SUB]

@@ -19,9 +19,10 @@ every failure pause live traffic.
 
 **Who probes.** While spooled items wait, the drainer probes with the oldest of them (a real
 dispatch, so a downstream without a health endpoint still recovers); a live message is the probe
-only when nothing is spooled. A message spooled while the probe is due asks the drainer to probe
-now (``on_probe_due``, at most once per ``probe_after_ms`` per subscription and process), so
-recovery under traffic waits for neither the drainer's schedule nor an operator.
+only when nothing is spooled. A message spooled while the probe is due, or behind the backlog of
+a closed circuit, asks the drainer to probe / drain now (``on_probe_due``, at most once per
+``probe_after_ms`` per subscription and process), so recovery under traffic waits for neither the
+drainer's schedule nor an operator.
 
 **The backlog mark** (``spool/backlog/<subscription>`` in the
 coordination store) says items wait: it is checked after every spool write (but a failed forward
@@ -181,6 +182,8 @@ class SpoolEngine:
         holder = self.holder()
         if state.state == "closed":
             if not may_interleave(spool.drain.on_recovery, spool.ordering) and self.backlog(target.subscription):
+                # A drain that ended while this traffic kept spooling left the mark: drain again now.
+                self._nudge(target)
                 return Gate("spool", holder, "draining", state)
             return Gate("dispatch", holder, state=state)
         if not self.backlog(target.subscription):
