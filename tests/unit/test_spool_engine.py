@@ -222,3 +222,14 @@ def test_live_traffic_behind_the_backlog_of_a_closed_circuit_asks_for_a_drain_ag
     w.spool(target, 1)  # the mark, with the circuit closed
     gate = w.engine.gate(target)
     assert (gate.action, gate.reason) == ("spool", "draining") and nudged == [SUB]
+
+
+def test_behind_a_draining_backlog_a_message_whose_lane_is_empty_goes_straight_through() -> None:
+    """ordered_then_live per lane: once a lane is drained its live messages overtake nothing."""
+    w = world()
+    target = w.target()  # per_key
+    w.spool(target, 1, key="dev-1")  # the mark; lane k-dev-1 waits
+    waiting = w.engine.gate(target, lane="k-dev-1")
+    assert (waiting.action, waiting.reason) == ("spool", "draining")
+    assert w.engine.gate(target, lane="k-dev-2").action == "dispatch"
+    assert w.engine.gate(target).reason == "draining"  # a caller that does not know the lane waits for all

@@ -174,14 +174,21 @@ class SpoolEngine:
     def holder(self) -> str:
         return f"{self.instance}:{uuid.uuid4().hex[:16]}"
 
-    def gate(self, target: SpoolTarget) -> Gate:
-        """Dispatch, probe or spool this message? :class:`CircuitOpen` when the mode stops acking."""
+    def gate(self, target: SpoolTarget, *, lane: str | None = None) -> Gate:
+        """Dispatch, probe or spool this message? :class:`CircuitOpen` when the mode stops acking.
+
+        ``lane`` (the message's spool lane, when the caller knows it): with the circuit closed and a
+        backlog still draining, a message whose lane holds nothing goes straight through - nothing of
+        its lane waits, so it overtakes nothing (every item listed is replayed before it is deleted).
+        """
         spool = target.spool
         breaker = self.breaker(target)
         state = breaker.state()
         holder = self.holder()
         if state.state == "closed":
             if not may_interleave(spool.drain.on_recovery, spool.ordering) and self.backlog(target.subscription):
+                if lane is not None and not self._lane_waits(target, lane):
+                    return Gate("dispatch", holder, state=state)
                 # A drain that ended while this traffic kept spooling left the mark: drain again now.
                 self._nudge(target)
                 return Gate("spool", holder, "draining", state)
@@ -208,6 +215,10 @@ class SpoolEngine:
         if action == "spool":
             return Gate("spool", holder, "circuit_open", state)
         raise CircuitOpen(f"the circuit of {target.downstream} is open; retry later")
+
+    def _lane_waits(self, target: SpoolTarget, lane: str) -> bool:
+        backend, _label = self.backends.resolve(target.spool)
+        return bool(backend.list(target.subscription, lane, limit=1))
 
     def _nudge(self, target: SpoolTarget) -> None:
         """Ask the drainer to probe (and drain) now; once per ``probe_after_ms`` (at least 1 s) per subscription."""
