@@ -28,96 +28,33 @@ One :meth:`Drainer.drain` of one subscription:
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final
 
-from noetl_cloud.envelope import format_time
-from noetl_cloud.errors import NoetlError, Unavailable
+from noetl_cloud.errors import Unavailable
 from noetl_cloud.spool import events as ev
 from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
 from noetl_cloud.spool.item import SpoolItem, SpoolItemNotFound, SpoolRef, SpoolVersionConflict
 from noetl_cloud.spool.policy import POISON, RETENTION_EXPIRED, drain_order, expired, is_poison
 from noetl_cloud.spool.port import SpoolBackend
+from noetl_cloud.spool.replayer import (
+    REPLAY_DEDUP_WINDOW_S,
+    UNAVAILABLE_STATUSES,
+    ApiReplayer,
+    Replayer,
+    ReplayResult,
+    replay_request,
+)
 
 log = logging.getLogger(__name__)
 
 LEASE_PREFIX: Final = "spool-drain/"
-REPLAY_DEDUP_WINDOW_S: Final = 24 * 3600
-UNAVAILABLE_STATUSES: Final = frozenset({429, 502, 503, 504})
 #: Replayed items whose ``replayed`` events are written in one call, then their objects deleted.
 SETTLE_EVERY: Final = 20
-
-
-# -- replay ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReplayResult:
-    """``replayed`` (started, or a duplicate within the dedup window), ``unavailable`` (the
-    downstream is down: the circuit counts it, the item does not) or ``rejected`` (the item
-    failed: it counts an attempt)."""
-
-    outcome: Literal["replayed", "unavailable", "rejected"]
-    execution_id: str | None = None
-    duplicate: bool = False
-    detail: str | None = None
-
-
-class Replayer(Protocol):
-    def replay(self, item: SpoolItem, payload: bytes) -> ReplayResult:
-        """Dispatch one spooled item again, from its stored plan."""
-        ...
-
-
-def replay_request(item: SpoolItem, payload: bytes) -> dict[str, Any]:
-    """The ``POST /api/execute`` body of a replay: the stored request, the exact workload, a dedup block."""
-    plan = item.plan
-    request = dict(plan.get("request") or {})
-    request.setdefault("path", plan.get("playbook"))
-    if plan.get("execution_pool"):
-        request.setdefault("execution_pool", plan["execution_pool"])
-    if plan.get("trace") and plan["trace"].get("traceparent"):
-        request.setdefault("trace", plan["trace"])
-    request["workload"] = json.loads(payload)
-    request["dedup"] = (
-        request.get("dedup")
-        or plan.get("dedup")
-        or {
-            "key": item.idempotency_key or item.message_id,
-            "window_secs": REPLAY_DEDUP_WINDOW_S,
-        }
-    )
-    meta = dict(request.get("meta") or {})
-    meta["spool"] = {"recv_seq": str(item.recv_seq), "spooled_at": format_time(item.spooled_at), "lane": item.lane}
-    request["meta"] = meta
-    return request
-
-
-class ApiReplayer:
-    """Replays through the control plane (an ``ApiClient``)."""
-
-    def __init__(self, api: Any) -> None:
-        self.api = api
-
-    def replay(self, item: SpoolItem, payload: bytes) -> ReplayResult:
-        try:
-            response = self.api.post("/api/execute", json=replay_request(item, payload))
-        except NoetlError as exc:
-            return ReplayResult("unavailable", detail=exc.code)
-        body = response.json if isinstance(response.json, dict) else {}
-        if response.status in UNAVAILABLE_STATUSES:
-            return ReplayResult("unavailable", detail=f"http_{response.status}")
-        if response.status >= 400:
-            error = body.get("error")
-            if not isinstance(error, dict):
-                error = {}
-            return ReplayResult("rejected", detail=str(error.get("code") or f"http_{response.status}"))
-        return ReplayResult("replayed", body.get("execution_id"), duplicate=body.get("status") == "duplicate")
 
 
 # -- the drain ------------------------------------------------------------------------------------
@@ -476,3 +413,17 @@ class Drainer:
             self.engine.journal.flush(sub)
         except Unavailable:
             log.info("parked spool events not flushed yet", extra={"subscription": sub})
+
+
+# Re-exported: the replay half lives in noetl_cloud.spool.replayer.
+__all__ = [
+    "REPLAY_DEDUP_WINDOW_S",
+    "UNAVAILABLE_STATUSES",
+    "ApiReplayer",
+    "DrainReport",
+    "Drainer",
+    "ReplayResult",
+    "Replayer",
+    "lease_name",
+    "replay_request",
+]
