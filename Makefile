@@ -10,7 +10,7 @@ DEV_STAMP   := $(VENV)/.dev-$(HASH)
 BENCH_STAMP := $(VENV)/.bench-$(HASH)
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: install install-run prerequisites up demo down status test test-fast test-unit lint lock bench clean
+.PHONY: install install-run prerequisites up demo down status test test-fast test-unit lint lock schedule bench clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,11 @@ lint: $(DEV_STAMP)
 	$(BIN)/ruff check shared functions tests bench
 	$(BIN)/mypy
 	@command -v terraform >/dev/null && terraform fmt -check -recursive infra || echo "terraform not installed: skipped fmt check"
+
+## infra/modules/stack/maintenance_schedule.tf from the package's maintenance schedule
+## (shared/noetl_cloud/maintenance/schedule.py; docs/operations.md).
+schedule: $(STAMP)
+	$(BIN)/python -m noetl_cloud.maintenance.schedule
 
 ## functions/requirements.lock: the image's runtime dependencies with their hashes (after changing
 ## pyproject.toml's dependencies; docs/deploy.md, "The image").

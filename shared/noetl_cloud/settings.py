@@ -157,6 +157,10 @@ class Settings(BaseModel):
     spool_drain_budget_s: Annotated[float, Field(gt=0, le=3600)] = 240.0
     spool_drainer_url: str | None = None
 
+    # The local stack's scheduler (noetl_cloud.maintenance.scheduler): one period, in seconds, for
+    # every maintenance job instead of each job's own (tests use 1).
+    scheduler_every_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+
     # The subscription runtime (docs/runtime.md): which subscription it holds, how often it reads
     # the subscription's state, how it groups dispatches, how long SIGTERM may take.
     subscription_path: str | None = Field(default=None, min_length=1, max_length=512)

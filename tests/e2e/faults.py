@@ -2,9 +2,10 @@
 
 One :class:`FaultStack` per module: its own LocalStack (state folder under a tmp path, its own port
 range), every role started on a fixed port of that range under gunicorn (the runtime as its
-container runs it), the Pub/Sub topics and push subscriptions Terraform would create, a scheduler
-thread standing in for Cloud Scheduler (reaper, outbox sweep, projector catch-up, spool drain), and an effect sink: the
-playbook's one task POSTs its message key there, so a message that ran twice is seen twice.
+container runs it), the Pub/Sub topics and push subscriptions Terraform would create, the stack's own
+scheduler component running the maintenance schedule (noetl_cloud.maintenance.schedule: reaper, outbox
+sweep, frame reaper, projector catch-up, spool drain) every second, and an effect sink: the playbook's
+one task POSTs its message key there, so a message that ran twice is seen twice.
 
 Nothing here fakes a service: PostgreSQL, the Pub/Sub and Firestore emulators and fake-gcs-server
 are the real components of the local stack; the faults are real signals to real processes.
@@ -36,7 +37,7 @@ from sqlalchemy import Engine, create_engine, text
 from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.local.components import PROJECT_ID
 from noetl_cloud.local.process import stop_group, wait_until
-from noetl_cloud.local.stack import ROLE_PORTS, LocalStack
+from noetl_cloud.local.stack import ROLE_PORTS, ROLE_WORKERS, LocalStack
 from noetl_cloud.web.client import ApiClient, static_token
 from tests.e2e.roles import ROOT, start, start_runtime
 from tests.e2e.test_subscription_runtime import subscription as pull_subscription
@@ -155,8 +156,6 @@ class FaultStack:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.sink = EffectSink()
         self.http = urllib3.PoolManager(maxsize=16)
-        self._stop = threading.Event()
-        self._scheduler: threading.Thread | None = None
         self.engine: Engine | None = None
         self.api: ApiClient | None = None
 
@@ -231,13 +230,10 @@ class FaultStack:
         )
         self.api.post("/api/catalog", json={"content": content}).raise_for_error()
         self.start_role("subscription_runtime")
-        self._scheduler = threading.Thread(target=self._schedule, name="faults-scheduler", daemon=True)
-        self._scheduler.start()
+        # Cloud Scheduler's jobs, as the local stack runs them, every second instead of each job's period.
+        self.stack.start_scheduler({**self.env, "NOETL_SCHEDULER_EVERY_S": "1"}, echo=lambda _line: None)
 
     def down(self) -> None:
-        self._stop.set()
-        if self._scheduler is not None:
-            self._scheduler.join(timeout=30)
         for name in list(self.procs):
             self.stop_role(name)
         if self.api is not None:
@@ -262,7 +258,10 @@ class FaultStack:
             assert wait_until(lambda: self.runtime_phase() == "pulling", timeout=60), self.runtime_phase()
             return
         threads = {"worker": 8, "execute": 8, "projector": 4}.get(name, 4)
-        self.procs[name] = start(name, self.role_env(name), self.port(name), workers=2, threads=threads)
+        # One ingress process, as its container runs it (functions/entrypoint.sh): the listener
+        # configuration it keeps serving while the control plane is down is per process.
+        workers = ROLE_WORKERS.get(name, 2)
+        self.procs[name] = start(name, self.role_env(name), self.port(name), workers=workers, threads=threads)
 
     def kill_role(self, name: str) -> None:
         """SIGKILL the role's whole process group (gunicorn's arbiter and its workers)."""
@@ -331,6 +330,17 @@ class FaultStack:
         finally:
             subscriber.close()
 
+    def prime_ingress(self, key: str) -> None:
+        """One delivery through the ingress, executed: the ingress has then fetched the listener's
+        configuration, which it keeps serving while the control plane is down (a fresh ingress that
+        never reached the control plane cannot verify a delivery, and answers 503 instead of spooling)."""
+        self.publish(INBOUND, [key])
+        wait_until(
+            lambda: bool(self.sql("SELECT 1 FROM execution WHERE workload->'payload'->>'key' = :k", k=key)),
+            timeout=60,
+            interval=0.3,
+        ) or _fail(f"the priming delivery {key!r} never ran")
+
     def publish(self, topic: str, keys: list[str], pace_s: float = 0.0) -> None:
         publisher = pubsub_v1.PublisherClient()
         path = publisher.topic_path(PROJECT_ID, topic)
@@ -341,31 +351,6 @@ class FaultStack:
                 time.sleep(pace_s)
         for future in futures:
             future.result(timeout=60)
-
-    # -- the scheduler (Cloud Scheduler's jobs) -------------------------------------------------
-
-    def _schedule(self) -> None:
-        last_drain = 0.0
-        while not self._stop.wait(1.0):
-            for path in ("/api/internal/reaper", "/api/internal/outbox/sweep"):
-                self._call(self.url("execute") + path)
-            self._call(self.url("projector") + "/api/internal/projector/catch-up")
-            if time.monotonic() - last_drain >= 2.0:
-                last_drain = time.monotonic()
-                self._call(self.url("spool_drainer") + "/drain", timeout=60)
-
-    def _call(self, url: str, timeout: float = 30) -> None:
-        try:
-            self.http.request(
-                "POST",
-                url,
-                body=b"{}",
-                headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
-                timeout=timeout,
-                retries=False,
-            )
-        except urllib3.exceptions.HTTPError:
-            pass  # the role is down: the next tick tries again
 
     # -- the execute API driver -----------------------------------------------------------------
 
@@ -500,6 +485,10 @@ class FaultStack:
             outcome.notes.append(f"{len(missing_effects)} keys without an effect")
         outcome.parity_ok = self.parity([int(r.execution_id) for r in rows], timeout=parity_wait_s)
         return outcome
+
+
+def _fail(message: str) -> None:
+    raise AssertionError(message)
 
 
 def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:

@@ -25,7 +25,7 @@ def start(name: str, env: dict[str, str], port: int, *, workers: int = 2, thread
     logs = os.environ.get("NOETL_TEST_LOG_DIR")  # set it to keep each role's output when debugging
     sink = open(Path(logs) / f"{name}-{port}.log", "ab") if logs else subprocess.DEVNULL
     proc = subprocess.Popen(
-        gunicorn_argv(ROOT / "functions" / name, port=port, workers=workers, threads=threads),
+        gunicorn_argv(ROOT / "functions" / name, port=port, workers=workers, threads=threads, access_log=bool(logs)),
         env={**os.environ, **env, "NOETL_ROLE": name},
         stdout=sink,
         stderr=sink,

@@ -157,6 +157,7 @@ def test_drainer_killed(stack: FaultStack, outcomes: list[Outcome]) -> None:
     """The control plane is down while the messages arrive, so the ingress spools them all; it comes
     back, and the drainer is killed while it replays the spool."""
     scenario, keys, t0 = "drainer killed", keys_of("drainer killed"), time.monotonic()
+    stack.prime_ingress("warm-drainer-killed")
     stack.stop_role("execute")
     stack.publish(INBOUND, keys)
     wait_for(lambda: stack.spooled() >= N, 120, f"{N} spooled deliveries")
@@ -169,6 +170,7 @@ def test_gcs_unavailable_for_ten_seconds(stack: FaultStack, outcomes: list[Outco
     """The spool's bucket is the only place a delivery can go while the control plane is down; GCS
     goes away for 10 s in the middle of that."""
     scenario, keys, t0 = "gcs unavailable 10 s", keys_of("gcs unavailable 10 s"), time.monotonic()
+    stack.prime_ingress("warm-gcs-unavailable")
     stack.stop_role("execute")
     publisher = threading.Thread(target=stack.publish, args=(INBOUND, keys, 0.05), daemon=True)
     publisher.start()

@@ -20,7 +20,7 @@ from noetl_cloud.local.stack import ROLE_PORTS
 PORT_BASE = "16430"
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = [r for r in ROLE_PORTS if (ROOT / "functions" / r / "main.py").exists()]
-COMPONENTS = ["postgres", "pubsub", "firestore", "gcs", "s3", *ROLES]
+COMPONENTS = ["postgres", "pubsub", "firestore", "gcs", "s3", *ROLES, "scheduler"]  # the scheduler after the roles
 
 
 def cli(state: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from noetl_cloud.cli import main
-from noetl_cloud.local.stack import ORDER, ROLE_PORTS, LocalStack, default_state_dir, project_root
+from noetl_cloud.local.stack import ORDER, ROLE_PORTS, SCHEDULER, LocalStack, default_state_dir, project_root
+from noetl_cloud.maintenance.schedule import JOBS
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = [r for r in ROLE_PORTS if (ROOT / "functions" / r / "main.py").exists()]
@@ -48,10 +49,17 @@ def test_status_of_a_folder_never_started_names_it_and_lists_services_and_roles_
     assert main(["local", "status"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"state folder {elsewhere} (nothing recorded: never started here)"
-    rows = [line.split() for line in lines[2:]]
-    assert [row[0] for row in rows] == [*ORDER, *ROLES]
-    assert {row[1] for row in rows[: len(ORDER)]} == {"service"} and {row[1] for row in rows[len(ORDER) :]} == {"role"}
+    blank = lines.index("")
+    rows = [line.split() for line in lines[2:blank]]
+    assert [row[0] for row in rows] == [*ORDER, *ROLES, SCHEDULER]
+    assert {row[1] for row in rows[: len(ORDER)]} == {"service"}
+    assert {row[1] for row in rows[len(ORDER) : -1]} == {"role"} and rows[-1][1] == "scheduler"
     assert all(row[4] == "stopped" for row in rows)
+    # The maintenance schedule follows: every job, its local period and its cloud cron, never run.
+    assert lines[blank + 1] == "maintenance schedule (scheduler not running)"
+    jobs = [line.split() for line in lines[blank + 3 :]]
+    assert [row[0] for row in jobs] == [job.name for job in JOBS]
+    assert [row[1] for row in jobs] == [f"{job.local_every_s:g}s" for job in JOBS]
 
 
 def test_status_after_down_still_lists_the_roles(elsewhere: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -60,8 +68,8 @@ def test_status_after_down_still_lists_the_roles(elsewhere: Path, capsys: pytest
     (elsewhere / "stack.json").write_text(json.dumps({"components": {"worker": {"pid": 2**22 + 7, "port": 1}}}))
     assert main(["local", "status", "--json"]) == 1
     rows = json.loads(capsys.readouterr().out)
-    assert [r["name"] for r in rows] == [*ORDER, *ROLES]
-    assert [r["kind"] for r in rows] == ["service"] * len(ORDER) + ["role"] * len(ROLES)
+    assert [r["name"] for r in rows] == [*ORDER, *ROLES, SCHEDULER]
+    assert [r["kind"] for r in rows] == ["service"] * len(ORDER) + ["role"] * len(ROLES) + ["scheduler"]
     assert not any(r["running"] or r["healthy"] or r["pid"] for r in rows)
     assert main(["local", "status"]) == 1
     out = capsys.readouterr().out
@@ -71,7 +79,7 @@ def test_status_after_down_still_lists_the_roles(elsewhere: Path, capsys: pytest
 def test_the_default_status_lists_only_the_roles_the_folder_recorded(elsewhere: Path) -> None:
     stack = LocalStack.from_env({"NOETL_LOCAL_STATE_DIR": str(elsewhere), "NOETL_LOCAL_PORT_BASE": PORT_BASE})
     assert [r.name for r in stack.status()] == list(ORDER)  # what the test fixture's "already up" reads
-    assert [r.name for r in stack.status(every_role=True)] == [*ORDER, *ROLES]
+    assert [r.name for r in stack.status(every_role=True)] == [*ORDER, *ROLES, SCHEDULER]
 
 
 @pytest.mark.parametrize(("worker_recorded", "code"), [(False, 0), (True, 1)])

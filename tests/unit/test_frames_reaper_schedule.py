@@ -1,5 +1,6 @@
-"""The frame lease reaper is scheduled (issue 8): the Terraform stack runs a Cloud Scheduler job every
-minute that POSTs the frames role's ``/api/internal/frames/reap`` with an OIDC token the role accepts.
+"""The frame lease reaper is scheduled (issue 8): the maintenance schedule (generated into the Terraform
+stack) runs a Cloud Scheduler job every minute that POSTs the frames role's ``/api/internal/frames/reap``
+with an OIDC token the role accepts.
 
 Read statically from infra/ (the job map is built with ``merge`` and conditionals, so the text is matched);
 the route itself is exercised in tests/integration/test_frames_api.py and test_frames_leases.py.
@@ -27,10 +28,14 @@ def _block(text: str, opener: str) -> str:
 
 
 def test_a_scheduler_job_posts_the_frames_reaper_every_minute_with_the_frames_audience() -> None:
+    from noetl_cloud.maintenance.schedule import by_name
+
     stack = (INFRA / "stack" / "main.tf").read_text()
-    job = _block(stack, "frame-reaper = {")
+    job = _block((INFRA / "stack" / "maintenance_schedule.tf").read_text(), "frame-reaper = {")
     assert re.search(r'route\s*=\s*"frame_reaper"', job)
     assert re.search(r'needs\s*=\s*"frames"', job)
+    assert re.search(r'schedule\s*=\s*"\* \* \* \* \*"', job)
+    assert by_name()["frame-reaper"].schedule == "* * * * *"
     route = re.search(r"frame_reaper\s*=\s*\{([^}]*)\}", _block(stack, "routes = {"))
     assert route is not None
     assert 'role = "frames"' in route.group(1) and 'method = "POST"' in route.group(1)
@@ -39,10 +44,7 @@ def test_a_scheduler_job_posts_the_frames_reaper_every_minute_with_the_frames_au
     jobs = _block(stack, "scheduler_jobs = merge(")
     assert 'uri         = "${local.url[local.routes[j.route].role]}${local.routes[j.route].path}"' in jobs
     assert "audience    = local.url[local.routes[j.route].role]" in jobs
-    schedule = re.search(r"schedule\s*=\s*var\.maintenance_schedules\.(\w+)", job)
-    assert schedule is not None
-    variables = (INFRA / "stack" / "variables.tf").read_text()
-    assert re.search(schedule.group(1) + r'\s*=\s*optional\(string,\s*"\* \* \* \* \*"\)', variables)
+    assert "for name, j in local.maintenance_schedule" in stack
     # The scheduler's identity may invoke the frames service, and its jobs carry an OIDC token for it.
     iam = (INFRA / "iam" / "main.tf").read_text()
     frames_callers = re.search(r"^\s*frames\s*=\s*concat\((.*)\)\s*$", iam, re.M)

@@ -323,8 +323,7 @@ def test_every_targeted_route_is_a_route_of_its_role(key: str, offline: None, mo
 
 
 def test_every_scheduler_job_and_push_subscription_calls_a_route_with_its_service_url_as_audience() -> None:
-    stack_locals = _locals(STACK / "main.tf")
-    jobs = stack_locals["maintenance_jobs"]
+    jobs = _locals(STACK / "maintenance_schedule.tf")["maintenance_schedule"]
     assert {j["route"] for j in jobs.values()} == {
         "outbox_sweep",
         "command_reaper",
@@ -354,7 +353,7 @@ def test_every_scheduler_job_and_push_subscription_calls_a_route_with_its_servic
 
 
 def _scheduled_calls() -> list[tuple[str, str]]:
-    jobs = _locals(STACK / "main.tf")["maintenance_jobs"]
+    jobs = _locals(STACK / "maintenance_schedule.tf")["maintenance_schedule"]
     return sorted(
         {(ROUTES[j["route"]]["role"], j["route"]) for j in jobs.values()} | {("execute", "scheduled_execution")}
     )

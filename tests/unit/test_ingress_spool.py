@@ -94,14 +94,18 @@ def test_mode_off_answers_503_and_spools_nothing() -> None:
     assert refused.value.status == 503 and w.backend.subscriptions() == []
 
 
-def test_with_a_backlog_and_ordered_then_live_a_live_message_waits_in_the_spool() -> None:
+def test_with_a_backlog_and_ordered_then_live_a_live_message_waits_in_the_spool_behind_its_lane() -> None:
     w, api = world(), Api()
     svc, cfg = service(w, api), config("buffer_and_ack")
-    w.engine.mark_backlog(SUB)
+    target = IngressSpooler(w.engine, DOWNSTREAM).target(cfg)
+    w.spool(target, 0, key="d1")  # lane d1 waits (the backlog mark with it)
     outcome = deliver(svc, cfg, 1)
     assert (outcome.status, outcome.reason, api.calls) == ("spooled", "draining", 0)
     w.engine.clear_backlog(SUB, w.backend)  # not empty: the mark stays
     assert deliver(svc, cfg, 2).status == "spooled"
+    # Another device's lane holds nothing: its live message overtakes nothing and goes straight through.
+    other = deliver(svc, cfg, 3, device="d2")
+    assert (other.status, api.calls) == ("accepted", 1)
 
 
 def test_the_directory_serves_the_last_good_configuration_while_the_control_plane_is_down() -> None:

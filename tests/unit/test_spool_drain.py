@@ -177,3 +177,30 @@ def test_events_parked_during_the_outage_are_flushed_by_the_drainer() -> None:
     assert w.types().count(ev.CIRCUIT_OPENED) == 1 and w.types().count(ev.SPOOLED) == 9
     spooled_times = sorted(e.event_time for e in w.sink.of_type(ev.SPOOLED))
     assert spooled_times[-1] < w.clock.now  # written late, with the original spool times
+
+
+def test_items_spooled_behind_the_backlog_during_a_drain_are_drained_in_the_same_run() -> None:
+    """Live traffic keeps arriving while the backlog drains (ordered_then_live spools it): the run drains
+    those too, in another pass, and removes the mark, so live traffic flows without another trigger."""
+    w = world()
+    target = w.target()
+    for n in range(3):
+        w.spool(target, n, key="a")
+    replay = w.control.replay
+    arrived: list[int] = []
+
+    def replay_while_traffic_arrives(item, payload):  # type: ignore[no-untyped-def]
+        if len(arrived) < 2:  # two live messages arrive behind the backlog during the drain
+            n = 10 + len(arrived)
+            arrived.append(n)
+            assert w.engine.gate(target).reason == "draining"
+            w.spool(target, n, key="a", reason="draining")
+        return replay(item, payload)
+
+    w.control.replay = replay_while_traffic_arrives  # type: ignore[method-assign]
+    report = w.drainer().drain(target)
+    assert (report.state, report.replayed) == ("drained", 5)
+    assert w.control.order_of("a") == [0, 1, 2, 10, 11]
+    assert w.backend.list(SUB) == [] and not w.engine.backlog(SUB)
+    assert w.types().count(ev.RECOVERED) == 1
+    assert w.engine.gate(target).action == "dispatch"

@@ -175,3 +175,61 @@ def test_the_event_sink_is_not_retried_on_every_spool_during_an_outage() -> None
     for n in range(5):
         w.spool(target, n)
     assert len(calls) == 1  # backed off after the first failure
+
+
+def test_a_message_spooled_behind_a_backlog_asks_the_drainer_to_probe_once_the_probe_is_due() -> None:
+    """Recovery under traffic waits for no schedule: the spooling ingress nudges the drainer, once per
+    ``probe_after_ms``; before the probe is due, and with a closed circuit, it does not."""
+    w = world()
+    nudged: list[str] = []
+    w.engine.on_probe_due = lambda target: nudged.append(target.subscription)
+    target = w.target()  # probe_after_ms: 1000
+    for _ in range(2):
+        w.engine.report(target, w.engine.gate(target), ok=False)
+    w.spool(target, 1)  # the backlog: from now on the drainer probes
+    assert w.engine.gate(target).action == "spool" and nudged == []  # the probe is not due yet
+    w.clock.advance(1.0)
+    assert w.engine.gate(target).action == "spool" and nudged == [SUB]
+    w.clock.advance(0.5)
+    assert w.engine.gate(target).action == "spool" and nudged == [SUB]  # once per probe_after_ms
+    w.clock.advance(0.5)
+    w.engine.gate(target)
+    assert nudged == [SUB, SUB]
+
+
+def test_a_nudge_that_fails_does_not_fail_the_delivery() -> None:
+    w = world()
+
+    def broken(target: object) -> None:
+        raise RuntimeError("drainer unreachable")
+
+    w.engine.on_probe_due = broken
+    target = w.target()
+    for _ in range(2):
+        w.engine.report(target, w.engine.gate(target), ok=False)
+    w.spool(target, 1)
+    w.clock.advance(2.0)
+    assert w.engine.gate(target).action == "spool"
+
+
+def test_live_traffic_behind_the_backlog_of_a_closed_circuit_asks_for_a_drain_again() -> None:
+    """A drain that ended while live messages kept being spooled leaves the backlog mark: the next
+    message spooled behind it asks the drainer again, so live traffic is not spooled until the schedule."""
+    w = world()
+    nudged: list[str] = []
+    w.engine.on_probe_due = lambda target: nudged.append(target.subscription)
+    target = w.target()
+    w.spool(target, 1)  # the mark, with the circuit closed
+    gate = w.engine.gate(target)
+    assert (gate.action, gate.reason) == ("spool", "draining") and nudged == [SUB]
+
+
+def test_behind_a_draining_backlog_a_message_whose_lane_is_empty_goes_straight_through() -> None:
+    """ordered_then_live per lane: once a lane is drained its live messages overtake nothing."""
+    w = world()
+    target = w.target()  # per_key
+    w.spool(target, 1, key="dev-1")  # the mark; lane k-dev-1 waits
+    waiting = w.engine.gate(target, lane="k-dev-1")
+    assert (waiting.action, waiting.reason) == ("spool", "draining")
+    assert w.engine.gate(target, lane="k-dev-2").action == "dispatch"
+    assert w.engine.gate(target).reason == "draining"  # a caller that does not know the lane waits for all

@@ -183,39 +183,14 @@ locals {
     )
   }
 
-  # The built-in jobs: each calls one route (local.routes) of a role, when that role is deployed
-  # and the job has work (the command reaper only once workers claim commands).
+  # The built-in jobs (local.maintenance_schedule, generated from the package's schedule into
+  # maintenance_schedule.tf): each calls one route (local.routes) of a role, when that role is
+  # deployed and the job has work (the command reaper only once workers claim commands);
+  # var.maintenance_schedules overrides a job's cron.
   maintenance_jobs = {
-    outbox-sweep = {
-      description = "Publish outbox rows whose first publish failed (execute)."
-      schedule    = var.maintenance_schedules.outbox_sweep
-      route       = "outbox_sweep"
-      needs       = "execute"
-    }
-    command-reaper = {
-      description = "Re-issue commands whose claim lease expired; fail them after their attempts (execute)."
-      schedule    = var.maintenance_schedules.command_reaper
-      route       = "command_reaper"
-      needs       = "worker"
-    }
-    frame-reaper = {
-      description = "Release expired frame leases (frames)."
-      schedule    = var.maintenance_schedules.frame_reaper
-      route       = "frame_reaper"
-      needs       = "frames"
-    }
-    projector-catch-up = {
-      description = "Fold executions whose projection fell behind their log with no delivery due (projector)."
-      schedule    = var.maintenance_schedules.projector_catch_up
-      route       = "projector_catch_up"
-      needs       = "projector"
-    }
-    spool-drainer = {
-      description = "Drain spooled items whose downstream circuit has closed (spool_drainer)."
-      schedule    = var.maintenance_schedules.drainer
-      route       = "spool_drain"
-      needs       = "spool_drainer"
-    }
+    for name, j in local.maintenance_schedule : name => merge(j, {
+      schedule = lookup(var.maintenance_schedules, j.setting, j.schedule)
+    })
   }
 
   # Every job presents an OIDC token minted for the URL of the service it calls: the audience that

@@ -267,15 +267,14 @@ variable "scheduled_subscriptions" {
 }
 
 variable "maintenance_schedules" {
-  description = "Cron schedules of the built-in jobs: outbox sweep and command reaper (execute), frame lease reaper (frames), projector catch-up, spool drainer."
-  type = object({
-    outbox_sweep       = optional(string, "* * * * *")
-    command_reaper     = optional(string, "* * * * *")
-    frame_reaper       = optional(string, "* * * * *")
-    projector_catch_up = optional(string, "*/5 * * * *")
-    drainer            = optional(string, "*/5 * * * *")
-  })
-  default = {}
+  description = "Cron schedules overriding the built-in jobs' own (shared/noetl_cloud/maintenance/schedule.py, docs/operations.md), keyed outbox_sweep, command_reaper, frame_reaper, projector_catch_up, drainer."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    condition     = alltrue([for k in keys(var.maintenance_schedules) : contains(["outbox_sweep", "command_reaper", "frame_reaper", "projector_catch_up", "drainer"], k)])
+    error_message = "maintenance_schedules keys are outbox_sweep, command_reaper, frame_reaper, projector_catch_up and drainer."
+  }
 }
 
 variable "deletion_protection" {

@@ -92,9 +92,29 @@ def status_lines(stack: LocalStack, rows: list[ComponentStatus]) -> list[str]:
     """The state folder read, then one line per backing service and role."""
     recorded = stack.state_file.is_file()
     where = f"state folder {stack.state_dir}" + ("" if recorded else " (nothing recorded: never started here)")
-    lines = [where, f"{'component':<20} {'kind':<7} {'port':>6} {'pid':>8}  state      started in"]
+    lines = [where, f"{'component':<20} {'kind':<9} {'port':>6} {'pid':>8}  state      started in"]
     for r in rows:
         state = "healthy" if r.healthy else ("unhealthy" if r.running else "stopped")
         started = f"{r.startup_seconds:.2f} s" if r.startup_seconds is not None else "-"
-        lines.append(f"{r.name:<20} {r.kind:<7} {r.port:>6} {r.pid or '-':>8}  {state:<10} {started}")
+        lines.append(f"{r.name:<20} {r.kind:<9} {r.port:>6} {r.pid or '-':>8}  {state:<10} {started}")
+    lines.extend(schedule_lines(rows))
+    return lines
+
+
+def schedule_lines(rows: list[ComponentStatus]) -> list[str]:
+    """The maintenance schedule: each job, what it calls, how often (locally and in the cloud), its last run."""
+    from noetl_cloud.maintenance.schedule import JOBS
+
+    running = next((r.jobs for r in rows if r.name == "scheduler" and r.jobs is not None), None)
+    seen = {j["job"]: j for j in running or []}
+    head = "maintenance schedule" + ("" if running is not None else " (scheduler not running)")
+    lines = ["", head, f"{'job':<20} {'every':>6} {'cloud cron':<12} {'runs':>5} {'fails':>5}  last  target"]
+    for job in JOBS:
+        j = seen.get(job.name, {})
+        every = f"{j.get('every_s', job.local_every_s):g}s"
+        target = j.get("target") or f"{job.role} {job.path}"
+        lines.append(
+            f"{job.name:<20} {every:>6} {job.schedule:<12} {j.get('runs', 0):>5} {j.get('failures', 0):>5}  "
+            f"{j.get('last', '-')}  {target}"
+        )
     return lines

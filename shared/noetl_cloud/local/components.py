@@ -569,3 +569,25 @@ class KafkaBroker:
         """The broker's pid (``None`` when not running) and whether it answers."""
         pid = self._pid()
         return pid, pid is not None and self.component.healthy()
+
+
+def scheduler(state_dir: Path, port: int, urls: dict[str, str], env: dict[str, str]) -> Component:
+    """The maintenance scheduler (noetl_cloud.maintenance.scheduler): Cloud Scheduler's jobs, locally.
+    ``-X noetl_port=N`` marks its command line."""
+    log_path = state_dir / "logs" / "scheduler.log"
+
+    def start() -> int:
+        argv = [sys.executable, "-X", f"noetl_port={port}", "-m", "noetl_cloud.maintenance.scheduler"]
+        argv += ["--port", str(port), *(f"--url={role}={url}" for role, url in sorted(urls.items()))]
+        return process.spawn(argv, log_path=log_path, env={**os.environ, **env, "NOETL_ROLE": "scheduler"})
+
+    return Component(
+        name="scheduler",
+        port=port,
+        marker=f"noetl_port={port}",
+        start=start,
+        healthy=lambda: process.http_ok(f"http://127.0.0.1:{port}/healthz"),
+        stop=process.stop_group,
+        env={},
+        log_path=log_path,
+    )

@@ -38,6 +38,9 @@ ROLE_PORTS = {
 #: The demo's fixture API (``noetl-cloud demo``) listens on this offset: the one loopback port the local
 #: worker's http tasks are allowed to reach (NOETL_HTTP_TOOL_ALLOW; loopback is refused by default).
 DEMO_API_PORT = 20
+#: The maintenance scheduler (noetl_cloud.maintenance.scheduler): started after the roles, stopped first.
+SCHEDULER = "scheduler"
+SCHEDULER_PORT = 17
 START_TIMEOUT_S = 90.0
 RUNTIME = "subscription_runtime"
 #: gunicorn processes per role (default 2). The ingress runs one, as its container does
@@ -83,6 +86,8 @@ class ComponentStatus:
     kind: str = "service"
     #: Whether the state folder records it as started (``up`` started it and no ``down`` stopped it yet).
     recorded: bool = False
+    #: The scheduler's jobs as it reports them (``GET /status``), when it answers.
+    jobs: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -149,6 +154,13 @@ class LocalStack:
                 out[r] = components.role(self.state_dir, port, r, self.root, env, workers=ROLE_WORKERS.get(r, 2))
         return out
 
+    def scheduler_component(self, env: dict[str, str]) -> Component:
+        """The scheduler, calling every role a maintenance job targets on this stack's ports."""
+        from noetl_cloud.maintenance.schedule import JOBS
+
+        urls = {job.role: f"http://127.0.0.1:{self.port_base + ROLE_PORTS[job.role]}" for job in JOBS}
+        return components.scheduler(self.state_dir, self.port_base + SCHEDULER_PORT, urls, env)
+
     # -- state file ---------------------------------------------------------------------------
 
     def _load(self) -> dict[str, Any]:
@@ -198,6 +210,7 @@ class LocalStack:
                 echo(f"{'demo':<10} {prepare(env, Path(env['NOETL_SECRETS_DIR']))}")
             if RUNTIME in roles:
                 self._start((RUNTIME,), role_comps, recorded, state, echo)
+            self._start((SCHEDULER,), {SCHEDULER: self.scheduler_component(env)}, recorded, state, echo)
         self._write_env(env)
         echo(f"stack up in {time.monotonic() - total:.2f} s; environment: {self.env_file}")
         return env
@@ -260,6 +273,8 @@ class LocalStack:
             # One spool for every subscription that spools (fake-gcs-server); the drainer lists it.
             "NOETL_SPOOL_BACKEND": "gcs",
             "NOETL_SPOOL_BUCKET": SPOOL_BUCKET,
+            # A recovered circuit, and an ingress spooling while the probe is due, ask the drainer to drain now.
+            "NOETL_SPOOL_DRAINER_URL": f"http://127.0.0.1:{self.port_base + ROLE_PORTS['spool_drainer']}",
             # http tasks reach public addresses and, locally, the demo's API only (not the stack's services).
             "NOETL_HTTP_TOOL_ALLOW": ",".join([f"127.0.0.1:{self.port_base + DEMO_API_PORT}", *self.http_allow]),
             # Spans and metrics as JSON lines under the state folder (docs/observability.md);
@@ -343,6 +358,13 @@ class LocalStack:
         finally:
             client.close()
 
+    def start_scheduler(self, env: dict[str, str], echo: Callable[[str], None] = print) -> None:
+        """Start the scheduler with ``env`` (the roles' token, ``NOETL_SCHEDULER_EVERY_S``) unless it runs;
+        recorded, so ``down`` stops it. For a caller that starts the roles itself (the fault suite)."""
+        state = self._load()
+        recorded: dict[str, Any] = state.setdefault("components", {})
+        self._start((SCHEDULER,), {SCHEDULER: self.scheduler_component(env)}, recorded, state, echo)
+
     def stop_role(self, name: str, echo: Callable[[str], None] = print) -> bool:
         """Stop one running role of this stack (the next ``up`` with it starts it again); whether it ran."""
         state = self._load()
@@ -365,8 +387,12 @@ class LocalStack:
         recorded: dict[str, Any] = state.get("components", {})
         if not recorded:
             echo("nothing to stop")
-        comps = {**self.components(), **self.role_components(self._recorded_roles(recorded), {})}
-        for name in [*reversed(list(ROLE_PORTS)), *reversed(ORDER)]:
+        comps = {
+            **self.components(),
+            **self.role_components(self._recorded_roles(recorded), {}),
+            SCHEDULER: self.scheduler_component({}),
+        }
+        for name in [SCHEDULER, *reversed(list(ROLE_PORTS)), *reversed(ORDER)]:
             entry = recorded.get(name)
             if entry is None:
                 continue
@@ -392,9 +418,12 @@ class LocalStack:
         available = self.available_roles() if every_role else []
         roles = [r for r in ROLE_PORTS if r in recorded or r in available]
         comps = {**self.components(), **self.role_components(roles, {})}
+        if SCHEDULER in recorded or every_role:
+            comps[SCHEDULER] = self.scheduler_component({})
         for name, comp in comps.items():
             entry = recorded.get(name, {})
             running = process.alive(entry.get("pid"), comp.marker)
+            kind = "role" if name in ROLE_PORTS else SCHEDULER if name == SCHEDULER else "service"
             out.append(
                 ComponentStatus(
                     name=name,
@@ -403,11 +432,25 @@ class LocalStack:
                     running=running,
                     healthy=running and comp.healthy(),
                     startup_seconds=entry.get("startup_seconds"),
-                    kind="role" if name in ROLE_PORTS else "service",
+                    kind=kind,
                     recorded=name in recorded,
+                    jobs=self._scheduler_jobs(comp.port) if name == SCHEDULER and running else None,
                 )
             )
         return out
+
+    @staticmethod
+    def _scheduler_jobs(port: int) -> list[dict[str, Any]] | None:
+        """The running scheduler's jobs (``GET /status``); ``None`` when it does not answer."""
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2) as response:
+                jobs = json.loads(response.read()).get("jobs")
+        except (OSError, ValueError, urllib.error.URLError):
+            return None
+        return jobs if isinstance(jobs, list) else None
 
     def env(self) -> dict[str, str]:
         """The connection environment written by the last ``up``."""

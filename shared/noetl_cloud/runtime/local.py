@@ -233,7 +233,9 @@ def subscribe(
     import signal
     import time
 
+    from noetl_cloud.kv.file import FileKeyValueStore
     from noetl_cloud.kv.memory import InMemoryKeyValueStore
+    from noetl_cloud.kv.port import KeyValueStore
     from noetl_cloud.runtime.service import SubscriptionRuntime, check_document
     from noetl_cloud.runtime.spooler import RuntimeSpooler
     from noetl_cloud.spec.subscription import SubscriptionDoc
@@ -241,6 +243,7 @@ def subscribe(
     from noetl_cloud.spool.engine import SpoolEngine
     from noetl_cloud.spool.events import EventJournal
     from noetl_cloud.spool.local_disk import LocalDiskSpool
+    from noetl_cloud.spool.local_mode import DispatchReplayer, LocalDrainLoop
 
     document = load_subscription(spec_file)
     doc = check_document(str(spec_file), document)
@@ -248,7 +251,15 @@ def subscribe(
     with open(events_file, "a", encoding="utf-8") as stream:
         sink = FileEventSink(stream)
         control = LocalControl(document, playbooks or spec_file.parent, sink, http_allow)
-        kv = InMemoryKeyValueStore()
+        # A spooling subscription keeps its circuit, backlog mark and drain leases beside its spool
+        # folder (<folder>.state.json), so they survive a restart of the command (RFC §8.6).
+        spool_folder = spool_dir or Path(doc.spec.spool.path or ".noetl-spool")
+        kv: KeyValueStore = (
+            InMemoryKeyValueStore()
+            if doc.spec.spool.mode == "off"
+            else FileKeyValueStore(spool_folder.with_name(spool_folder.name + ".state.json"))
+        )
+        drains: list[LocalDrainLoop] = []
 
         def source_for(held: SubscriptionDoc) -> Any:
             spec = held.spec
@@ -282,7 +293,14 @@ def subscribe(
                 FixedBackend(LocalDiskSpool(folder), f"local_disk://{folder}"),
                 ids=SnowflakeGenerator().next_id,
             )
-            return RuntimeSpooler(engine, held.path, held.spec.spool.model_dump(mode="json"), "local:in-process")
+            spooler = RuntimeSpooler(engine, held.path, held.spec.spool.model_dump(mode="json"), "local:in-process")
+            # No drainer role locally: this loop replays the spool in order once the runner answers.
+            replayer = DispatchReplayer(lambda requests: control.dispatch(requests, batch=False))
+            for loop in drains:
+                loop.stop()
+            drains[:] = [LocalDrainLoop(engine, spooler.target, replayer)]
+            drains[0].start()
+            return spooler
 
         runtime = SubscriptionRuntime(
             control,
@@ -312,6 +330,8 @@ def subscribe(
         finally:
             runtime.stop()
             thread.join(30)
+            for loop in drains:
+                loop.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     return {

@@ -59,7 +59,9 @@ def downstream_of(settings: Settings) -> str:
 
 
 class DrainTrigger:
-    """Asks the drainer to drain now (``POST /drain``) when a circuit closes; best effort, in a thread."""
+    """Asks the drainer to drain a subscription now (``POST /drain``): when a circuit closes, and when a
+    message is spooled while the circuit's probe is due (the drainer probes with the oldest item).
+    Best effort, in a thread: the drainer's schedule is the net."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -74,21 +76,23 @@ class DrainTrigger:
 
         def call() -> None:
             try:
-                client.post("/drain", json={})
+                client.post("/drain", json={"subscription": target.subscription})
             except NoetlError:  # the schedule drains anyway
-                log.info("drainer not reached after a circuit closed")
+                log.info("drainer not reached (asked to drain now); its schedule drains anyway")
 
         threading.Thread(target=call, daemon=True).start()
 
 
 def build_engine(settings: Settings, api: Any, kv: KeyValueStore, *, backends: Backends | None = None) -> SpoolEngine:
     ids = SnowflakeGenerator(settings.node_id)
+    trigger = DrainTrigger(settings)
     return SpoolEngine(
         kv,
         EventJournal(ApiEventSink(api), kv),
         backends or SettingsBackends(settings),
         ids=ids.next_id,
-        on_circuit_closed=DrainTrigger(settings),
+        on_circuit_closed=trigger,
+        on_probe_due=trigger,
     )
 
 
@@ -171,6 +175,7 @@ def drain_service(settings: Settings, *, kv: KeyValueStore | None = None) -> Dra
     api = api_client(settings, timeout_s=30.0, retries=2)
     engine = build_engine(settings, api, kv or kv_from_settings(settings))
     engine.on_circuit_closed = None  # the drainer drains right after its own probe closes a circuit
+    engine.on_probe_due = None
     drainer = Drainer(
         engine,
         ApiReplayer(api),

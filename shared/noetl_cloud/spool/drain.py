@@ -11,8 +11,10 @@ One :meth:`Drainer.drain` of one subscription:
    drain only enforces ``max_age_hours`` on the lane heads;
 4. replays each lane in receive order through ``POST /api/execute`` with the stored plan and a
    dedup block (the plan's, else the idempotency key or message id), at ``drain.rate_per_sec``.
-   The ``spooled`` event is written first (with the item's spool time), then the replay, then
-   the ``replayed`` event, then the object is deleted: a drainer killed anywhere in between
+   The ``spooled`` events of a batch are written first, in one call (with the items' spool times),
+   then the items are replayed one by one, then the ``replayed`` events of up to ``SETTLE_EVERY``
+   replayed items in one call, then their objects are deleted (the lane lease is renewed once a
+   third of its TTL has passed): a drainer killed anywhere in between
    replays the item again and the control plane's dedup window answers ``duplicate``;
 5. an item the control plane refuses counts an attempt (the count is stored in the object);
    at ``max_replay_attempts`` it moves to the dead-letter prefix. Under ``per_key`` / ``none``
@@ -20,100 +22,40 @@ One :meth:`Drainer.drain` of one subscription:
    operator resumes it, accepting the gap. Items older than ``max_age_hours`` are dead-lettered
    with reason ``retention_expired``;
 6. when the spool is empty, removes the backlog mark (live traffic flows again under
-   ``ordered_then_live``) and writes ``subscription.spool.recovered``.
+   ``ordered_then_live``) and writes ``subscription.spool.recovered``; items spooled behind the
+   backlog meanwhile are drained in another pass of the same run first.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final
 
 from noetl_cloud import telemetry
-from noetl_cloud.envelope import format_time
-from noetl_cloud.errors import NoetlError, Unavailable
+from noetl_cloud.errors import Unavailable
 from noetl_cloud.spool import events as ev
 from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
 from noetl_cloud.spool.item import SpoolItem, SpoolItemNotFound, SpoolRef, SpoolVersionConflict
 from noetl_cloud.spool.policy import POISON, RETENTION_EXPIRED, drain_order, expired, is_poison
 from noetl_cloud.spool.port import SpoolBackend
+from noetl_cloud.spool.replayer import (
+    REPLAY_DEDUP_WINDOW_S,
+    UNAVAILABLE_STATUSES,
+    ApiReplayer,
+    Replayer,
+    ReplayResult,
+    replay_request,
+)
 
 log = logging.getLogger(__name__)
 
 LEASE_PREFIX: Final = "spool-drain/"
-REPLAY_DEDUP_WINDOW_S: Final = 24 * 3600
-UNAVAILABLE_STATUSES: Final = frozenset({429, 502, 503, 504})
-
-
-# -- replay ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReplayResult:
-    """``replayed`` (started, or a duplicate within the dedup window), ``unavailable`` (the
-    downstream is down: the circuit counts it, the item does not) or ``rejected`` (the item
-    failed: it counts an attempt)."""
-
-    outcome: Literal["replayed", "unavailable", "rejected"]
-    execution_id: str | None = None
-    duplicate: bool = False
-    detail: str | None = None
-
-
-class Replayer(Protocol):
-    def replay(self, item: SpoolItem, payload: bytes) -> ReplayResult:
-        """Dispatch one spooled item again, from its stored plan."""
-        ...
-
-
-def replay_request(item: SpoolItem, payload: bytes) -> dict[str, Any]:
-    """The ``POST /api/execute`` body of a replay: the stored request, the exact workload, a dedup block."""
-    plan = item.plan
-    request = dict(plan.get("request") or {})
-    request.setdefault("path", plan.get("playbook"))
-    if plan.get("execution_pool"):
-        request.setdefault("execution_pool", plan["execution_pool"])
-    if plan.get("trace") and plan["trace"].get("traceparent"):
-        request.setdefault("trace", plan["trace"])
-    request["workload"] = json.loads(payload)
-    request["dedup"] = (
-        request.get("dedup")
-        or plan.get("dedup")
-        or {
-            "key": item.idempotency_key or item.message_id,
-            "window_secs": REPLAY_DEDUP_WINDOW_S,
-        }
-    )
-    meta = dict(request.get("meta") or {})
-    meta["spool"] = {"recv_seq": str(item.recv_seq), "spooled_at": format_time(item.spooled_at), "lane": item.lane}
-    request["meta"] = meta
-    return request
-
-
-class ApiReplayer:
-    """Replays through the control plane (an ``ApiClient``)."""
-
-    def __init__(self, api: Any) -> None:
-        self.api = api
-
-    def replay(self, item: SpoolItem, payload: bytes) -> ReplayResult:
-        try:
-            response = self.api.post("/api/execute", json=replay_request(item, payload))
-        except NoetlError as exc:
-            return ReplayResult("unavailable", detail=exc.code)
-        body = response.json if isinstance(response.json, dict) else {}
-        if response.status in UNAVAILABLE_STATUSES:
-            return ReplayResult("unavailable", detail=f"http_{response.status}")
-        if response.status >= 400:
-            error = body.get("error")
-            if not isinstance(error, dict):
-                error = {}
-            return ReplayResult("rejected", detail=str(error.get("code") or f"http_{response.status}"))
-        return ReplayResult("replayed", body.get("execution_id"), duplicate=body.get("status") == "duplicate")
+#: Replayed items whose ``replayed`` events are written in one call, then their objects deleted.
+SETTLE_EVERY: Final = 20
 
 
 # -- the drain ------------------------------------------------------------------------------------
@@ -182,6 +124,7 @@ class Drainer:
         self.batch = batch
         self.sleep = sleep
         self.monotonic = monotonic
+        self._leased_at: dict[tuple[str, str], float] = {}
 
     # -- one subscription ------------------------------------------------------------------------
 
@@ -194,39 +137,58 @@ class Drainer:
         backend, label = self.engine.backends.resolve(target.spool)
         if resume:
             self.engine.resume(sub)
+        self._pass(target, backend, label, report)
+        # Live messages spooled behind the backlog while a pass ran keep the mark: drain them too, at
+        # once (each pass is shorter), until a pass ends with the spool empty or the budget is spent.
+        cleared = False
+        while report.state == "drained":
+            if self.engine.clear_backlog(sub, backend):
+                cleared = True
+                break
+            if self.monotonic() - report.started > self.budget_s:
+                report.state = "budget"
+                break
+            self._pass(target, backend, label, report)
+            if report.state == "empty":  # the pass found nothing left and removed the mark
+                report.state, cleared = "drained", True
+        if cleared and (report.replayed or report.dead_lettered):
+            duration_ms = int((self.monotonic() - report.started) * 1000)
+            event = ev.recovered(
+                sub,
+                report.drain_id,
+                replayed_count=report.replayed,
+                dead_lettered_count=report.dead_lettered,
+                duration_ms=duration_ms,
+            )
+            self._emit(sub, [event])
+        return report
+
+    def _pass(self, target: SpoolTarget, backend: SpoolBackend, label: str, report: DrainReport) -> None:
+        """Lease the lanes there are now and drain them; ``report.state`` says how it ended."""
+        sub = target.subscription
         lanes = backend.lanes(sub)
-        report.lanes = lanes
+        report.lanes = report.lanes or lanes
         if not lanes:
             self.engine.clear_backlog(sub, backend)
             report.state = "empty"
-            return report
+            return
         leased = [lane for lane in lanes if self._lease(sub, lane, report.holder)]
         try:
             if not leased or (target.spool.ordering == "global" and len(leased) < len(lanes)):
                 report.state = "busy"
-                return report
+                return
             if self.engine.halted(sub):
                 self._sweep(target, backend, label, leased, report)
                 report.state = "halted"
-                return report
+                return
+            report.state = "drained"
             self._run(target, backend, label, leased, report)
         except _Stop as stop:
             report.state = stop.state
         finally:
             for lane in leased:
                 self.engine.kv.release_lease(lease_name(sub, lane), report.holder)
-        if report.state == "drained" and self.engine.clear_backlog(sub, backend):
-            if report.replayed or report.dead_lettered:
-                duration_ms = int((self.monotonic() - report.started) * 1000)
-                event = ev.recovered(
-                    sub,
-                    report.drain_id,
-                    replayed_count=report.replayed,
-                    dead_lettered_count=report.dead_lettered,
-                    duration_ms=duration_ms,
-                )
-                self._emit(sub, [event])
-        return report
+                self._leased_at.pop((report.holder, lane), None)
 
     def _run(
         self, target: SpoolTarget, backend: SpoolBackend, label: str, lanes: list[str], report: DrainReport
@@ -267,74 +229,80 @@ class Drainer:
             if not active:
                 return
             plan = drain_order({lane: loaded[lane] for lane in active}, spool.ordering, spool.drain.max_replay_attempts)
+            # The batch's ``spooled`` events in one call, each before its item's replay (idempotent: an
+            # item not replayed in this run gets it again from the next).
+            steps = list(plan.interleaved())
+            self.engine.journal.emit(sub, [ev.spooled(st.item.item, st.item.ref.name, label) for st in steps])
             blocked: set[str] = set()
-            for step in plan.interleaved():
-                lane = step.lane
-                if lane in blocked:
-                    continue
-                if not self._lease(sub, lane, report.holder):  # lost it (expired): another drainer owns the lane now
-                    blocked.add(lane)
-                    active.remove(lane)
-                    continue
-                entry = step.item
-                if expired(entry.item.spooled_at, self.engine.clock(), spool.retention.max_age_hours):
-                    self._dead_letter(sub, backend, label, entry.ref, entry.item, RETENTION_EXPIRED, report)
-                    continue
-                if step.action == "dead_letter":
-                    self._poisoned(target, backend, label, entry.ref, entry.item, report)
-                    continue
-                wait = next_at - self.monotonic()
-                if wait > 0:
-                    self.sleep(wait)
-                next_at = max(next_at, self.monotonic()) + pace
-                self.engine.journal.emit(sub, [ev.spooled(entry.item, entry.ref.name, label)])
-                result = self.replayer.replay(entry.item, entry.payload)
-                if probe is not None:
-                    if result.outcome == "unavailable":
-                        breaker.record_failure(report.holder)
-                        self._sweep(target, backend, label, lanes, report)
-                        raise _Stop("circuit_open")
-                    if breaker.record_success(report.holder).closed:
-                        self.engine.circuit_closed(target, probe.outage_since or probe.opened_at)
-                    probe = None
-                if result.outcome == "replayed":
-                    self._emit(
-                        sub,
-                        [
-                            ev.replayed(
-                                entry.item,
-                                entry.ref.name,
-                                result.execution_id,
-                                duplicate=result.duplicate,
-                                attempts=entry.item.attempts + 1,
-                            )
-                        ],
-                    )
-                    self._delete(backend, entry.ref)
-                    report.replayed += 1
-                elif result.outcome == "unavailable":
-                    transition = breaker.record_failure(report.holder)
-                    if transition.opened:
-                        self.engine.circuit_opened(target, transition.state)
-                    raise _Stop("circuit_open")
-                else:
-                    blocked.add(lane)  # the lane waits on its head; it is retried from a fresh read
-                    attempts = entry.item.attempts + 1
-                    log.warning("spool replay refused", extra={"subscription": sub, "reason": result.detail})
-                    try:
-                        ref = backend.update_attempts(entry.ref, attempts)
-                    except (SpoolItemNotFound, SpoolVersionConflict):
-                        continue  # another drainer moved it on
-                    if is_poison(attempts, spool.drain.max_replay_attempts):
-                        self._poisoned(
-                            target,
-                            backend,
-                            label,
-                            ref,
-                            entry.item.model_copy(update={"attempts": attempts}),
-                            report,
-                            detail=result.detail,
+            pending: list[tuple[ev.SpoolEvent, SpoolRef]] = []
+            try:
+                for step in steps:
+                    lane = step.lane
+                    if lane in blocked:
+                        continue
+                    if not self._renew(
+                        sub, lane, report.holder
+                    ):  # lost it (expired): another drainer owns the lane now
+                        blocked.add(lane)
+                        active.remove(lane)
+                        continue
+                    entry = step.item
+                    if expired(entry.item.spooled_at, self.engine.clock(), spool.retention.max_age_hours):
+                        self._dead_letter(sub, backend, label, entry.ref, entry.item, RETENTION_EXPIRED, report)
+                        continue
+                    if step.action == "dead_letter":
+                        self._poisoned(target, backend, label, entry.ref, entry.item, report)
+                        continue
+                    wait = next_at - self.monotonic()
+                    if wait > 0:
+                        self.sleep(wait)
+                    next_at = max(next_at, self.monotonic()) + pace
+                    result = self.replayer.replay(entry.item, entry.payload)
+                    if probe is not None:
+                        if result.outcome == "unavailable":
+                            breaker.record_failure(report.holder)
+                            self._sweep(target, backend, label, lanes, report)
+                            raise _Stop("circuit_open")
+                        if breaker.record_success(report.holder).closed:
+                            self.engine.circuit_closed(target, probe.outage_since or probe.opened_at)
+                        probe = None
+                    if result.outcome == "replayed":
+                        replayed = ev.replayed(
+                            entry.item,
+                            entry.ref.name,
+                            result.execution_id,
+                            duplicate=result.duplicate,
+                            attempts=entry.item.attempts + 1,
                         )
+                        pending.append((replayed, entry.ref))
+                        report.replayed += 1
+                        if len(pending) >= SETTLE_EVERY:
+                            self._settle(sub, backend, pending)
+                    elif result.outcome == "unavailable":
+                        transition = breaker.record_failure(report.holder)
+                        if transition.opened:
+                            self.engine.circuit_opened(target, transition.state)
+                        raise _Stop("circuit_open")
+                    else:
+                        blocked.add(lane)  # the lane waits on its head; it is retried from a fresh read
+                        attempts = entry.item.attempts + 1
+                        log.warning("spool replay refused", extra={"subscription": sub, "reason": result.detail})
+                        try:
+                            ref = backend.update_attempts(entry.ref, attempts)
+                        except (SpoolItemNotFound, SpoolVersionConflict):
+                            continue  # another drainer moved it on
+                        if is_poison(attempts, spool.drain.max_replay_attempts):
+                            self._poisoned(
+                                target,
+                                backend,
+                                label,
+                                ref,
+                                entry.item.model_copy(update={"attempts": attempts}),
+                                report,
+                                detail=result.detail,
+                            )
+            finally:
+                self._settle(sub, backend, pending)
             if plan.halted_lanes:
                 raise _Stop("halted")
 
@@ -411,7 +379,26 @@ class Drainer:
         return loaded
 
     def _lease(self, sub: str, lane: str, holder: str) -> bool:
-        return self.engine.kv.acquire_lease(lease_name(sub, lane), holder, self.lease_ttl_s) is not None
+        taken = self.engine.kv.acquire_lease(lease_name(sub, lane), holder, self.lease_ttl_s) is not None
+        if taken:
+            self._leased_at[(holder, lane)] = self.monotonic()
+        return taken
+
+    def _renew(self, sub: str, lane: str, holder: str) -> bool:
+        """Renew the lane's lease once a third of its TTL has passed (one store write per item otherwise)."""
+        at = self._leased_at.get((holder, lane))
+        if at is not None and self.monotonic() - at < self.lease_ttl_s / 3:
+            return True
+        return self._lease(sub, lane, holder)
+
+    def _settle(self, sub: str, backend: SpoolBackend, pending: list[tuple[ev.SpoolEvent, SpoolRef]]) -> None:
+        """The ``replayed`` events of the items replayed so far, in one call, then their objects deleted."""
+        if not pending:
+            return
+        self._emit(sub, [event for event, _ref in pending])
+        for _event, ref in pending:
+            self._delete(backend, ref)
+        pending.clear()
 
     @staticmethod
     def _delete(backend: SpoolBackend, ref: SpoolRef) -> None:
@@ -428,3 +415,17 @@ class Drainer:
             self.engine.journal.flush(sub)
         except Unavailable:
             log.info("parked spool events not flushed yet", extra={"subscription": sub})
+
+
+# Re-exported: the replay half lives in noetl_cloud.spool.replayer.
+__all__ = [
+    "REPLAY_DEDUP_WINDOW_S",
+    "UNAVAILABLE_STATUSES",
+    "ApiReplayer",
+    "DrainReport",
+    "Drainer",
+    "ReplayResult",
+    "Replayer",
+    "lease_name",
+    "replay_request",
+]

@@ -19,7 +19,12 @@ every failure pause live traffic.
 
 **Who probes.** While spooled items wait, the drainer probes with the oldest of them (a real
 dispatch, so a downstream without a health endpoint still recovers); a live message is the probe
-only when nothing is spooled. **The backlog mark** (``spool/backlog/<subscription>`` in the
+only when nothing is spooled. A message spooled while the probe is due, or behind the backlog of
+a closed circuit, asks the drainer to probe / drain now (``on_probe_due``, at most once per
+``probe_after_ms`` per subscription and process), so recovery under traffic waits for neither the
+drainer's schedule nor an operator.
+
+**The backlog mark** (``spool/backlog/<subscription>`` in the
 coordination store) says items wait: it is checked after every spool write (but a failed forward
 of a closed circuit), and the drainer
 removes it only when a listing after the removal still finds the spool empty, so a live message
@@ -45,7 +50,7 @@ from noetl_cloud.kv.port import Clock, KeyValueStore
 from noetl_cloud.spec.spool import Spool
 from noetl_cloud.spool import events as ev
 from noetl_cloud.spool.backends import Backends
-from noetl_cloud.spool.circuit import CircuitBreaker, CircuitConfig, CircuitState
+from noetl_cloud.spool.circuit import CircuitBreaker, CircuitConfig, CircuitState, probe_due
 from noetl_cloud.spool.item import SpoolItem, SpoolItemExists, SpoolRef
 from noetl_cloud.spool.policy import (
     Full,
@@ -143,6 +148,7 @@ class SpoolEngine:
         monotonic: Callable[[], float] = time.monotonic,
         usage_ttl_s: float = USAGE_TTL_S,
         on_circuit_closed: Callable[[SpoolTarget], None] | None = None,
+        on_probe_due: Callable[[SpoolTarget], None] | None = None,
     ) -> None:
         self.kv = kv
         self.journal = journal
@@ -153,6 +159,8 @@ class SpoolEngine:
         self.monotonic = monotonic
         self.usage_ttl_s = usage_ttl_s
         self.on_circuit_closed = on_circuit_closed
+        self.on_probe_due = on_probe_due
+        self._nudged: dict[str, float] = {}
         self._usage: dict[str, tuple[float, int, int]] = {}
         self._alerted: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
@@ -167,14 +175,23 @@ class SpoolEngine:
     def holder(self) -> str:
         return f"{self.instance}:{uuid.uuid4().hex[:16]}"
 
-    def gate(self, target: SpoolTarget) -> Gate:
-        """Dispatch, probe or spool this message? :class:`CircuitOpen` when the mode stops acking."""
+    def gate(self, target: SpoolTarget, *, lane: str | None = None) -> Gate:
+        """Dispatch, probe or spool this message? :class:`CircuitOpen` when the mode stops acking.
+
+        ``lane`` (the message's spool lane, when the caller knows it): with the circuit closed and a
+        backlog still draining, a message whose lane holds nothing goes straight through - nothing of
+        its lane waits, so it overtakes nothing (every item listed is replayed before it is deleted).
+        """
         spool = target.spool
         breaker = self.breaker(target)
         state = breaker.state()
         holder = self.holder()
         if state.state == "closed":
             if not may_interleave(spool.drain.on_recovery, spool.ordering) and self.backlog(target.subscription):
+                if lane is not None and not self._lane_waits(target, lane):
+                    return Gate("dispatch", holder, state=state)
+                # A drain that ended while this traffic kept spooling left the mark: drain again now.
+                self._nudge(target)
                 return Gate("spool", holder, "draining", state)
             return Gate("dispatch", holder, state=state)
         if not self.backlog(target.subscription):
@@ -190,6 +207,8 @@ class SpoolEngine:
                 return Gate("spool", holder, "circuit_open", decision.state)
             raise CircuitOpen(f"the circuit of {target.downstream} is open; retry later")
         # Items wait: the drainer probes with the oldest of them; this message joins the backlog.
+        if probe_due(state, self.clock(), breaker.config):
+            self._nudge(target)
         since = state.outage_since or state.opened_at
         action = on_downstream_failure(
             spool.mode, target.source_kind, since, self.clock(), spool.hybrid_escalate_after_ms
@@ -197,6 +216,25 @@ class SpoolEngine:
         if action == "spool":
             return Gate("spool", holder, "circuit_open", state)
         raise CircuitOpen(f"the circuit of {target.downstream} is open; retry later")
+
+    def _lane_waits(self, target: SpoolTarget, lane: str) -> bool:
+        backend, _label = self.backends.resolve(target.spool)
+        return bool(backend.list(target.subscription, lane, limit=1))
+
+    def _nudge(self, target: SpoolTarget) -> None:
+        """Ask the drainer to probe (and drain) now; once per ``probe_after_ms`` (at least 1 s) per subscription."""
+        if self.on_probe_due is None:
+            return
+        now = self.monotonic()
+        every = max(1.0, target.spool.circuit.probe_after_ms / 1000.0)
+        with self._lock:
+            if now < self._nudged.get(target.subscription, float("-inf")) + every:
+                return
+            self._nudged[target.subscription] = now
+        try:
+            self.on_probe_due(target)
+        except Exception:  # noqa: BLE001 - best effort: the drainer's schedule probes anyway
+            log.warning("drainer not asked to probe", extra={"subscription": target.subscription})
 
     def report(self, target: SpoolTarget, gate: Gate, ok: bool) -> None:
         """The dispatch of ``gate`` succeeded (the downstream answered) or failed (it is unavailable)."""

@@ -17,6 +17,7 @@ from typing import Any
 from noetl_cloud.ingress.directives import last_value
 from noetl_cloud.ingress.push import PushMessage
 from noetl_cloud.spool.engine import Gate, SpoolEngine, SpoolTarget, payload_bytes
+from noetl_cloud.spool.policy import lane_of
 
 # ``ordering_key`` names a header / attribute; these names mean the Pub/Sub message's own key.
 PUBSUB_ORDERING_NAMES = frozenset({"orderingkey", "ordering_key", "x-goog-pubsub-ordering-key"})
@@ -62,7 +63,9 @@ class IngressSpooler:
         target = self.target(config)
         if not target.enabled:
             return None
-        return self.engine.gate(target)
+        # Its lane: once that lane is drained, the message goes straight through (ordered_then_live).
+        lane = lane_of(target.spool.ordering, ordering_value(message, target.spool.ordering_key))
+        return self.engine.gate(target, lane=lane)
 
     def forwarded(self, config: Mapping[str, Any], gate: Gate, ok: bool) -> None:
         self.engine.report(self.target(config), gate, ok)
