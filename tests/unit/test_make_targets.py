@@ -124,9 +124,12 @@ def test_make_up_installs_the_runtime_and_the_local_stand_ins_not_the_dev_extras
 def test_what_make_up_installs_covers_every_import_of_the_package() -> None:
     provided = _closure(_requirements("local"))
     package = sorted((ROOT / "shared/noetl_cloud").rglob("*.py")) + sorted((ROOT / "functions").rglob("*.py"))
-    modules = _third_party_imports(package, {"noetl_cloud", "main"}) - {"nats"}  # nats: the optional extra
+    modules = _third_party_imports(package, {"noetl_cloud", "main"})
     assert modules, "the package imports third-party modules"
-    assert _uncovered(modules, provided) == []
+    # The optional sources' clients come with their own extras (nats, kafka), imported only when used.
+    optional = _closure(_requirements("nats", "kafka"))
+    assert _uncovered(set(_uncovered(modules, provided)), optional) == []
+    assert {"nats", "confluent_kafka"} <= modules
 
 
 def test_the_test_targets_install_the_dev_extras_and_test_fast_needs_no_stack() -> None:
