@@ -6,7 +6,8 @@
 3. Live traffic: signed webhooks for three schemes through the ingress, JSON messages published to
    the runtime's topic; every message becomes one execution, all of which must complete.
 4. An outage: the execute role stopped; webhooks to the same listeners are spooled (202); execute
-   started again and the drainer asked to drain (as Cloud Scheduler would): each spooled delivery
+   started again, and the stack drains the spool by itself (the circuit's probe asks the drainer, the
+   stack's scheduler calls it as Cloud Scheduler would; no drain command): each spooled delivery
    runs exactly once.
 5. Checks: every message one execution, every execution completed, every order saved once to
    ``noetl_demo.demo_orders`` (by frames), the spool empty, live projections equal to a fresh fold
@@ -35,6 +36,7 @@ import urllib3
 from noetl_cloud.demo import setup
 from noetl_cloud.demo.fixture import FixtureApi, orders_of
 from noetl_cloud.demo.senders import Delivery, publish, send_webhook
+from noetl_cloud.spool.events import DEAD_LETTERED, REPLAYED
 from noetl_cloud.web.client import ApiClient, static_token
 
 ROLES = ("execute", "ingress", "worker", "projector", "frames", "spool_drainer", "subscription_runtime")
@@ -230,14 +232,22 @@ class Demo:
         finally:
             self.say("outage: starting the execute role again")
             self.stack.up(echo=lambda _line: None, roles=list(ROLES))
-        self.say(f"outage: {outage.answers.get('202 spooled', 0)} deliveries spooled; asking the drainer to drain")
-        drained = self._drain()
+        spooled = outage.answers.get("202 spooled", 0)
+        self.say(f"outage: {spooled} deliveries spooled; the stack drains them by itself (no drain command)")
+        restarted = time.monotonic()
+        deadline = restarted + self.options.timeout_s
+        while True:  # the circuit's probe and the stack's scheduler start the drain (docs/spool.md)
+            left, settled = self._spooled_items(), self._spool_events(began)
+            if (not left and sum(settled.values()) >= spooled) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         self.report = {
-            "spooled": outage.answers.get("202 spooled", 0),
+            "spooled": spooled,
             "listed_during_outage": listed,
-            "replayed": sum(r.get("replayed", 0) for r in drained),
-            "dead_lettered": sum(r.get("dead_lettered", 0) for r in drained),
-            "left": self._spooled_items(),
+            "replayed": settled.get(REPLAYED, 0),
+            "dead_lettered": settled.get(DEAD_LETTERED, 0),
+            "left": left,
+            "recovered_s": round(time.monotonic() - restarted, 1),
             "outage_began": began.isoformat(),
         }
         self.channels.append(outage)
@@ -253,6 +263,17 @@ class Demo:
         if backend is None:
             raise DemoError("the stack has no spool (NOETL_SPOOL_BACKEND / NOETL_SPOOL_BUCKET are not set)")
         return sum(len(backend[0].list(listener.path)) for listener in setup.LISTENERS)
+
+    def _spool_events(self, since: datetime) -> dict[str, int]:
+        """The replayed and dead-lettered events of the spool since ``since``, by type."""
+        rows = self._query(
+            "SELECT event_type, count(*) AS n FROM event WHERE event_type IN (:replayed, :dead)"
+            " AND ingest_time >= :since GROUP BY event_type",
+            replayed=REPLAYED,
+            dead=DEAD_LETTERED,
+            since=since,
+        )
+        return {row["event_type"]: int(row["n"]) for row in rows}
 
     def _drain(self) -> list[dict[str, Any]]:
         token = self.env["NOETL_INTERNAL_API_TOKEN"]
@@ -448,7 +469,8 @@ def table(summary: dict[str, Any]) -> str:
         f"events         {ev['written']} written for these executions; spool and circuit: "
         + ", ".join(f"{k} {v}" for k, v in sorted(sc.items())),
         f"spool          {spool['spooled']} spooled while execute was down ({spool['listed_during_outage']} listed), "
-        f"{spool['replayed']} replayed by the drainer, {spool['left']} left, {spool['dead_lettered']} dead-lettered",
+        f"{spool['replayed']} replayed by the drainer {spool.get('recovered_s', '?')} s after execute came back "
+        f"(no drain command), {spool['left']} left, {spool['dead_lettered']} dead-lettered",
         f"replay parity  {verdict}: {replay['ok']} of {replay['verified']} executions' live projections "
         "equal a fresh fold of their events",
         f"time           {summary['elapsed_s']} s ("
