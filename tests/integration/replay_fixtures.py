@@ -69,6 +69,8 @@ def replay_settings(
         organization_id="ops",
         projector_push_token=SecretStr(PUSH_TOKEN),
         replay_snapshot_every=25,
+        replay_snapshot_keep=3,
+        replay_snapshot_anchor_every=100,
     )
 
 

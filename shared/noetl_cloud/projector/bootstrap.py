@@ -28,7 +28,13 @@ class ProjectorRole:
 
     @cached_property
     def projector(self) -> Projector:
-        return Projector(self.engine, self.registry, snapshot_every=self.settings.replay_snapshot_every)
+        return Projector(
+            self.engine,
+            self.registry,
+            snapshot_every=self.settings.replay_snapshot_every,
+            snapshot_keep=self.settings.replay_snapshot_keep,
+            snapshot_anchor_every=self.settings.replay_snapshot_anchor_every,
+        )
 
     @cached_property
     def replay(self) -> ReplayService:
