@@ -42,7 +42,6 @@ from noetl_cloud.replay.snapshots import Snapshot, capture
 from noetl_cloud.replay.state import ReplayState
 from noetl_cloud.replay.upcasters import Event, UpcasterRegistry
 
-_EVENT = text("SELECT position, tenant_id, organization_id, execution_id, stream_id FROM event WHERE event_id = :id")
 _LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
 _LATEST = text("SELECT last_event_id, lag_ms, projected_at FROM projection_tracking ORDER BY projected_at DESC LIMIT 1")
 
@@ -121,7 +120,7 @@ class Projector:
         """Fold the execution of event ``event_id`` up to its tip (the push endpoint's one call)."""
         lag: int | None = None
         with self.engine.begin() as conn:
-            found = conn.execute(_EVENT, {"id": event_id}).first()
+            found = conn.execute(sql.EVENT_AND_TRACKING, {"id": event_id}).first()
             if found is None:  # not in this log (another deployment's, or a test's database)
                 result = Applied("unknown_event", str(event_id))
             elif found.execution_id is None:  # catalog, subscription, spool events: no execution surface
@@ -131,8 +130,9 @@ class Projector:
                     conn,
                     (found.tenant_id, found.organization_id, str(found.execution_id)),
                     str(event_id),
-                    int(found.position),
+                    int(found.event_position),
                     own_stream=found.stream_id == f"execution/{found.execution_id}",
+                    tracking=sql.tracking_of(found),
                 )
         self.metrics.record(result, lag)
         return result
@@ -140,8 +140,10 @@ class Projector:
     def project(self, tenant_id: str, organization_id: str, execution_id: str) -> Applied:
         """Fold an execution up to its tip (a rebuild, or a catch-up without a delivery): every stored
         row and the coverage of the tracking position are checked first."""
+        scope = (tenant_id, organization_id, execution_id)
         with self.engine.begin() as conn:
-            result, lag = self._project(conn, (tenant_id, organization_id, execution_id), None, None, own_stream=False)
+            tracking = sql.load_tracking(conn, *scope)
+            result, lag = self._project(conn, scope, None, None, own_stream=False, tracking=tracking)
         self.metrics.record(result, lag)
         return result
 
@@ -167,10 +169,10 @@ class Projector:
         delivered: int | None,
         *,
         own_stream: bool,
+        tracking: sql.Tracking | None,
     ) -> tuple[Applied, int | None]:
         execution_id = scope[2]
         digest = self.registry.digest
-        tracking = sql.load_tracking(conn, *scope)
         if (
             own_stream
             and delivered is not None
@@ -179,8 +181,11 @@ class Projector:
             and delivered <= tracking.position
         ):  # the execution's own stream commits in position order: everything up to here is folded
             return Applied("duplicate", event_id, execution_id, position=tracking.position), None
-        conn.execute(_LOCK, {"key": "/".join(scope)})
-        tracking = sql.load_tracking(conn, *scope)  # another instance may have folded meanwhile
+        # One fold of an execution at a time: its tracking row's lock (and the latest committed row), or
+        # for a first fold an advisory lock on the execution.
+        if tracking is None:
+            conn.execute(_LOCK, {"key": "/".join(scope)})
+        tracking = sql.load_tracking(conn, *scope, lock=True)  # another instance may have folded meanwhile
         fresh = tracking is None or not tracking.folded_with(digest, REDUCER_VERSION)
         if tracking is not None and not fresh:
             if delivered is None and not sql.rows_consistent(conn, *scope, tracking):

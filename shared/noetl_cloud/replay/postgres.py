@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from noetl_cloud.db.bulk import insert_rows
+from noetl_cloud.db.bulk import InsertBatch
 from noetl_cloud.db.schema import projection, projection_tracking
 from noetl_cloud.envelope import canonical_json
 from noetl_cloud.replay.events import from_row
@@ -46,9 +46,15 @@ _SURFACES = text(
 _HEADERS = text(
     f"SELECT projection_type, version, upcaster_registry_digest, reducer_version FROM projection WHERE {_SCOPE}"
 )
-_TRACKING = text(
-    "SELECT version, position, last_event_id, upcaster_registry_digest, reducer_version, lag_ms, projected_at "
-    f"FROM projection_tracking WHERE {_SCOPE}"
+_TRACKING_COLUMNS = "version, position, last_event_id, upcaster_registry_digest, reducer_version, lag_ms, projected_at"
+_TRACKING = text(f"SELECT {_TRACKING_COLUMNS} FROM projection_tracking WHERE {_SCOPE}")
+_TRACKING_LOCKED = text(f"SELECT {_TRACKING_COLUMNS} FROM projection_tracking WHERE {_SCOPE} FOR UPDATE")
+# A delivery's first read: the event's scope and position with its execution's tracking row, if any.
+EVENT_AND_TRACKING = text(
+    "SELECT e.position AS event_position, e.tenant_id, e.organization_id, e.execution_id, e.stream_id, "
+    "t.version, t.position, t.last_event_id, t.upcaster_registry_digest, t.reducer_version, t.lag_ms, "
+    "t.projected_at FROM event e LEFT JOIN projection_tracking t ON t.tenant_id = e.tenant_id "
+    "AND t.organization_id = e.organization_id AND t.execution_id = e.execution_id WHERE e.event_id = :id"
 )
 _TRACKING_UPSERT_SUFFIX = (
     "ON CONFLICT (tenant_id, organization_id, execution_id) DO UPDATE SET "
@@ -145,10 +151,17 @@ class Tracking:
         }
 
 
-def load_tracking(conn: Connection, tenant_id: str, organization_id: str, execution_id: str | int) -> Tracking | None:
-    """The tracking row alone (no surface state): what a delivery's duplicate check reads."""
-    r = conn.execute(_TRACKING, _scope(tenant_id, organization_id, execution_id)).first()
-    if r is None:
+def load_tracking(
+    conn: Connection, tenant_id: str, organization_id: str, execution_id: str | int, *, lock: bool = False
+) -> Tracking | None:
+    """The tracking row alone (no surface state); ``lock``: ``FOR UPDATE`` (the latest committed one)."""
+    statement = _TRACKING_LOCKED if lock else _TRACKING
+    return tracking_of(conn.execute(statement, _scope(tenant_id, organization_id, execution_id)).first())
+
+
+def tracking_of(r: Any) -> Tracking | None:
+    """The tracking columns of a row (None when they are null: no tracking row)."""
+    if r is None or r.version is None:
         return None
     return Tracking(
         version=int(r.version),
@@ -250,9 +263,11 @@ def save_projection(
     if LINEAGE in wanted:
         lineage = state.lineage()
         rows.append({**common, "projection_type": LINEAGE, "state": lineage, "checksum": _lineage_checksum(lineage)})
-    result = insert_rows(conn, projection, rows, suffix=_UPSERT_SUFFIX) if rows else None
-    insert_rows(conn, projection_tracking, [common], suffix=_TRACKING_UPSERT_SUFFIX)
-    return 0 if result is None else int(result.rowcount)
+    batch = InsertBatch()  # the surface rows and the tracking row in one statement
+    written = batch.insert(projection, rows, suffix=_UPSERT_SUFFIX)
+    batch.insert(projection_tracking, [common], suffix=_TRACKING_UPSERT_SUFFIX)
+    batch.execute(conn)
+    return len(written.returned)
 
 
 def _lineage_checksum(rows: list[dict[str, Any]]) -> str:

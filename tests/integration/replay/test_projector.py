@@ -223,9 +223,9 @@ def test_a_delivery_folds_its_batch_onto_the_surfaces_it_touches_and_a_duplicate
         event.remove(projector_role.engine, "before_cursor_execute", record)
     assert again.outcome == "duplicate" and again.position == results[-1].position
     reads = [s for s in statements if s.upper().startswith("SELECT")]
-    assert len(reads) == 2, statements  # the event's scope, then the tracking row: nothing else
-    assert "FROM event WHERE event_id" in reads[0] and "FROM projection_tracking" in reads[1]
-    assert not [s for s in statements if "FROM projection " in s or "projection_snapshot" in s or "lock" in s]
+    assert len(reads) == 1, statements  # the event's scope joined with its tracking row: nothing else
+    assert "FROM event e LEFT JOIN projection_tracking t" in reads[0] and "e.event_id =" in reads[0]
+    assert not [s for s in statements if "projection " in s or "projection_snapshot" in s or "lock" in s.lower()]
 
 
 def test_snapshots_are_pruned_to_the_newest_and_the_anchors_and_stored_compressed(
