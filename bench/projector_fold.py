@@ -16,7 +16,10 @@ Two figures, both as ``events/s folded ÷ events/s written`` (``ratio > 1``: the
 
     make up && .venv/bin/python bench/projector_fold.py [--executions 300] [--iterations 10000]
 
-The last line is ``ratio projector_fold_to_write: X`` (burst, live). :func:`measure_fold_rate` and
+(a') is (a) with every write first and the deliveries after (a projector that fell behind: each
+execution's first delivery folds its pending writes in one batch, the rest are duplicates).
+
+The last line is ``ratio projector_fold_to_write: X`` of (a), the projector's worst case. :func:`measure_fold_rate` and
 :func:`measure_long_loop` are what ``bench/scale.py`` imports. Never fails on timing.
 """
 
@@ -195,8 +198,10 @@ def scratch(threads: int, snapshot_every: int = 1000) -> Iterator[tuple[Engine, 
         admin.close()
 
 
-def measure_fold_rate(executions: int = 300, threads: int = 4, steps: int = 3) -> FoldRate:
-    """(a): a burst of ``executions`` noop runs, each write followed by its delivery; writes and folds timed apart."""
+def measure_fold_rate(executions: int = 300, threads: int = 4, steps: int = 3, *, backlog: bool = False) -> FoldRate:
+    """(a): a burst of ``executions`` noop runs, each write followed by its delivery; writes and folds
+    timed apart. ``backlog``: every write of the burst first, then every delivery (in write order per
+    execution): a projector that fell behind, folding each execution's pending writes in one batch."""
     with scratch(threads) as (engine, role):
         store = PostgresEventStore(engine)
         app = build_app(role, push_auth_from_settings(role.settings), InternalAuth(token=SecretStr(TOKEN)))
@@ -207,19 +212,29 @@ def measure_fold_rate(executions: int = 300, threads: int = 4, steps: int = 3) -
             client = app.test_client()
             events = writes = 0
             write_s = fold_s = 0.0
-            for turn in range(max(len(w) for _e, w in share)):  # the share's executions interleaved, as in a burst
-                for eid, run in share:
-                    if turn >= len(run):
-                        continue
-                    batch = run[turn]
-                    started = time.perf_counter()
-                    store.append(batch[0].stream_id, batch)
-                    written = time.perf_counter()
-                    answer = client.post(f"/?token={TOKEN}", json=push_body(batch[0].event_id, eid, len(batch)))
-                    fold_s += time.perf_counter() - written
-                    write_s += written - started
-                    assert answer.status_code == 200 and answer.get_json()["outcome"] == "applied", answer.get_json()
-                    events, writes = events + len(batch), writes + 1
+            order = [  # the share's executions interleaved, as in a burst
+                (eid, run[turn])
+                for turn in range(max(len(w) for _e, w in share))
+                for eid, run in share
+                if turn < len(run)
+            ]
+
+            def deliver(eid: str, batch: Write) -> float:
+                started = time.perf_counter()
+                answer = client.post(f"/?token={TOKEN}", json=push_body(batch[0].event_id, eid, len(batch)))
+                assert answer.status_code == 200, answer.get_json()
+                assert backlog or answer.get_json()["outcome"] == "applied", answer.get_json()
+                return time.perf_counter() - started
+
+            for eid, batch in order:
+                started = time.perf_counter()
+                store.append(batch[0].stream_id, batch)
+                write_s += time.perf_counter() - started
+                events, writes = events + len(batch), writes + 1
+                if not backlog:
+                    fold_s += deliver(eid, batch)
+            if backlog:
+                fold_s = sum(deliver(eid, batch) for eid, batch in order)
             return events, writes, write_s, fold_s
 
         with ThreadPoolExecutor(threads) as pool:
@@ -281,10 +296,16 @@ def main() -> None:
             f"current {loop.current_after_s:.2f} s after it; {loop.deliveries:,} deliveries, "
             f"{loop.applied:,} of them folding a batch"
         )
+    backlog = measure_fold_rate(args.executions, args.threads, backlog=True)
+    print(
+        f"(a') burst, then its deliveries (a projector behind): {backlog.events:,} events in {backlog.writes:,} "
+        f"writes; written {backlog.write_eps:,.0f} events/s, folded {backlog.fold_eps:,.0f} events/s "
+        f"(per thread-second); ratio {backlog.ratio:.2f}"
+    )
     rate = measure_fold_rate(args.executions, args.threads)
     print(
-        f"(a) burst, a delivery per write: {rate.events:,} events in {rate.writes:,} writes "
-        f"({args.executions} executions, {args.threads} threads); "
+        f"(a) burst, a delivery after each write (a projector at the tip): {rate.events:,} events in "
+        f"{rate.writes:,} writes ({args.executions} executions, {args.threads} threads); "
         f"written {rate.write_eps:,.0f} events/s, folded {rate.fold_eps:,.0f} events/s (per thread-second)"
     )
     print(f"ratio projector_fold_to_write: {rate.ratio:.2f}")
