@@ -181,11 +181,15 @@ class Projector:
             and delivered <= tracking.position
         ):  # the execution's own stream commits in position order: everything up to here is folded
             return Applied("duplicate", event_id, execution_id, position=tracking.position), None
-        # One fold of an execution at a time: its tracking row's lock (and the latest committed row), or
-        # for a first fold an advisory lock on the execution.
-        if tracking is None:
+        # One fold of an execution at a time: its tracking row's lock (which reads the latest committed row:
+        # another instance may have folded meanwhile) with the events after it, or for a first fold an
+        # advisory lock on the execution.
+        locked = None if tracking is None else sql.lock_and_read(conn, *scope)
+        if locked is None:
             conn.execute(_LOCK, {"key": "/".join(scope)})
-        tracking = sql.load_tracking(conn, *scope, lock=True)  # another instance may have folded meanwhile
+            tracking = sql.load_tracking(conn, *scope, lock=True)
+        else:
+            tracking = locked[0]
         fresh = tracking is None or not tracking.folded_with(digest, REDUCER_VERSION)
         if tracking is not None and not fresh:
             if delivered is None and not sql.rows_consistent(conn, *scope, tracking):
@@ -196,8 +200,11 @@ class Projector:
                 elif delivered is not None:
                     return Applied("duplicate", event_id, execution_id, position=tracking.position), None
         refolded = fresh and tracking is not None
-        after = 0 if fresh or tracking is None else tracking.position
-        events = [self.registry.upcast(e) for e in sql.read_events(conn, *scope, after=after)]
+        if locked is not None and not fresh:
+            read = locked[1]
+        else:
+            read = sql.read_events(conn, *scope, after=0 if fresh or tracking is None else tracking.position)
+        events = [self.registry.upcast(e) for e in read]
         if not events:
             position = 0 if tracking is None else tracking.position
             return Applied("duplicate", event_id, execution_id, position=position), None

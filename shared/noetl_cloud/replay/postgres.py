@@ -49,6 +49,16 @@ _HEADERS = text(
 _TRACKING_COLUMNS = "version, position, last_event_id, upcaster_registry_digest, reducer_version, lag_ms, projected_at"
 _TRACKING = text(f"SELECT {_TRACKING_COLUMNS} FROM projection_tracking WHERE {_SCOPE}")
 _TRACKING_LOCKED = text(f"SELECT {_TRACKING_COLUMNS} FROM projection_tracking WHERE {_SCOPE} FOR UPDATE")
+# A fold's lock and read in one statement: the tracking row locked (FOR UPDATE returns its latest committed
+# version, whatever the statement's snapshot) and the events after its position, in store order.
+_LOCK_AND_READ = text(
+    f"WITH t AS (SELECT {_TRACKING_COLUMNS} FROM projection_tracking WHERE {_SCOPE} FOR UPDATE) "
+    "SELECT t.version AS t_version, t.position AS t_position, t.last_event_id AS t_last_event_id, "
+    "t.upcaster_registry_digest AS t_digest, t.reducer_version AS t_reducer_version, t.lag_ms AS t_lag_ms, "
+    "t.projected_at AS t_projected_at, e.* FROM t LEFT JOIN LATERAL ("
+    f"  SELECT {_EVENT_COLUMNS} FROM event WHERE {_SCOPE} AND position > t.position"
+    ") e ON TRUE ORDER BY e.position"
+)
 # A delivery's first read: the event's scope and position with its execution's tracking row, if any.
 EVENT_AND_TRACKING = text(
     "SELECT e.position AS event_position, e.tenant_id, e.organization_id, e.execution_id, e.stream_id, "
@@ -157,6 +167,27 @@ def load_tracking(
     """The tracking row alone (no surface state); ``lock``: ``FOR UPDATE`` (the latest committed one)."""
     statement = _TRACKING_LOCKED if lock else _TRACKING
     return tracking_of(conn.execute(statement, _scope(tenant_id, organization_id, execution_id)).first())
+
+
+def lock_and_read(
+    conn: Connection, tenant_id: str, organization_id: str, execution_id: str | int
+) -> tuple[Tracking, list[Event]] | None:
+    """Lock the tracking row and read the events after its position, in one statement; None when there
+    is no tracking row (nothing locked)."""
+    rows = conn.execute(_LOCK_AND_READ, _scope(tenant_id, organization_id, execution_id)).all()
+    if not rows:
+        return None
+    first = rows[0]
+    tracking = Tracking(
+        version=int(first.t_version),
+        position=int(first.t_position),
+        last_event_id=None if first.t_last_event_id is None else str(first.t_last_event_id),
+        registry_digest=first.t_digest,
+        reducer_version=int(first.t_reducer_version),
+        lag_ms=first.t_lag_ms,
+        projected_at=first.t_projected_at,
+    )
+    return tracking, [from_row(r._mapping) for r in rows if r.event_id is not None]
 
 
 def tracking_of(r: Any) -> Tracking | None:

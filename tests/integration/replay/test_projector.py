@@ -342,3 +342,28 @@ def _rows_visited(plan: Any, table: str) -> int:
 
     walk(document[0]["Plan"])
     return total
+
+
+def test_concurrent_deliveries_of_one_execution_fold_each_event_exactly_once(
+    rclient: FlaskClient, rplane: ControlPlane, projector_role: ProjectorRole
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    register(rclient, chain_playbook("projector/concurrent", 6))
+    driver = Driver(rclient, rplane.engine, seed=3)
+    eid = driver.start("projector/concurrent")
+    projector = projector_role.projector
+    with ThreadPoolExecutor(4) as pool:  # four instances taking deliveries while the execution is written
+        pending = [pool.submit(projector.handle, _last_event(rplane, eid)) for _ in range(4)]
+        while driver.status(eid)["status"] not in ENDED:
+            (command,) = driver.issued(eid)
+            driver.run_one(command)
+            pending += [pool.submit(projector.handle, _last_event(rplane, eid)) for _ in range(3)]
+        results = [f.result() for f in pending]
+    with rplane.engine.connect() as conn:
+        total = conn.execute(text("SELECT count(*) FROM event WHERE execution_id = :e"), {"e": int(eid)}).scalar_one()
+    assert {r.outcome for r in results} == {"applied", "duplicate"}
+    assert sum(r.applied for r in results) == total  # no event folded twice, none missed
+    assert not any(r.refolded for r in results)
+    report = _verify(rclient, eid)
+    assert report["ok"] and report["events_behind"] == 0, report
