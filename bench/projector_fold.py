@@ -32,6 +32,7 @@ import queue
 import secrets
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -87,6 +88,10 @@ class LongLoop:
     current_after_s: float  # from the last write until the projection covered it
     deliveries: int
     applied: int  # deliveries that folded something (the rest were duplicates)
+    snapshots: int  # kept after pruning
+    snapshot_bytes: int  # their stored size (compressed state)
+    snapshot_state_bytes: int  # the newest one's state as canonical JSON, uncompressed
+    event_bytes: int  # the execution's events on disk (the table and its TOAST)
 
 
 class Writer:
@@ -275,9 +280,27 @@ def measure_long_loop(iterations: int = 10_000, snapshot_every: int = 1000) -> L
         current = time.perf_counter()
         with engine.connect() as conn:
             final = conn.execute(text("SELECT version FROM projection_tracking")).scalar_one()
+            kept = conn.execute(
+                text(
+                    "SELECT count(*) AS n, coalesce(sum(pg_column_size(state_compressed)), 0) AS size, "
+                    "(SELECT state_compressed FROM projection_snapshot ORDER BY position DESC LIMIT 1) AS newest "
+                    "FROM projection_snapshot"
+                )
+            ).one()
+            event_bytes = conn.execute(text("SELECT pg_total_relation_size('event')")).scalar_one()
         assert final == events, (final, events)
+        newest = len(zlib.decompress(bytes(kept.newest))) if kept.newest is not None else 0
         return LongLoop(
-            events, ended - started, events - int(folded), current - ended, counts["deliveries"], counts["applied"]
+            events,
+            ended - started,
+            events - int(folded),
+            current - ended,
+            counts["deliveries"],
+            counts["applied"],
+            int(kept.n),
+            int(kept.size),
+            newest,
+            int(event_bytes),
         )
 
 
@@ -295,6 +318,10 @@ def main() -> None:
             f"({loop.events / loop.write_s:,.0f} events/s); {loop.behind_at_end:,} events behind at the last write, "
             f"current {loop.current_after_s:.2f} s after it; {loop.deliveries:,} deliveries, "
             f"{loop.applied:,} of them folding a batch"
+        )
+        print(
+            f"    snapshots kept: {loop.snapshots} ({loop.snapshot_bytes:,} bytes stored; the newest one's state "
+            f"{loop.snapshot_state_bytes:,} bytes as JSON); the events: {loop.event_bytes:,} bytes on disk"
         )
     backlog = measure_fold_rate(args.executions, args.threads, backlog=True)
     print(
