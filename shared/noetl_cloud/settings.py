@@ -173,6 +173,9 @@ class Settings(BaseModel):
     # ``anchor_every`` (time travel far back starts near its cutoff; 0 = none); the rest are pruned.
     replay_snapshot_keep: Annotated[int, Field(ge=1, le=1000)] = 3
     replay_snapshot_anchor_every: Annotated[int, Field(ge=0, le=100_000_000)] = 25_000
+    # Surface rows a projector instance keeps between deliveries (the executions it folded last), so a
+    # fold at the tip does not load them again; 0 = off.
+    projector_cache_rows: Annotated[int, Field(ge=0, le=10_000_000)] = 50_000
 
     # Frames (docs/frames.md): where workers reach the frames role, the payload store frame rows are
     # written to as Arrow IPC, and how many expired leases one reaper run releases.

@@ -34,6 +34,7 @@ class ProjectorRole:
             snapshot_every=self.settings.replay_snapshot_every,
             snapshot_keep=self.settings.replay_snapshot_keep,
             snapshot_anchor_every=self.settings.replay_snapshot_anchor_every,
+            cache_rows=self.settings.projector_cache_rows,
         )
 
     @cached_property

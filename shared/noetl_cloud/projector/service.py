@@ -35,15 +35,20 @@ from sqlalchemy import Connection, Engine, text
 from noetl_cloud.envelope import parse_time, utc_now
 from noetl_cloud.errors import NotFound
 from noetl_cloud.projector import catchup
+from noetl_cloud.projector.cache import Scope, SurfaceCache
 from noetl_cloud.replay import postgres as sql
 from noetl_cloud.replay import snapshot_store
 from noetl_cloud.replay.reducers import REDUCER_VERSION, fold, touches
 from noetl_cloud.replay.snapshots import Snapshot, capture
-from noetl_cloud.replay.state import ReplayState
+from noetl_cloud.replay.state import LINEAGE, ReplayState
 from noetl_cloud.replay.upcasters import Event, UpcasterRegistry
 
 _LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
 _LATEST = text("SELECT last_event_id, lag_ms, projected_at FROM projection_tracking ORDER BY projected_at DESC LIMIT 1")
+
+
+# What a committed fold leaves for the next one: (scope, version, registry digest, surfaces by row kind).
+_Keep = tuple[Scope, int, str, dict[str, dict[str, Any]]]
 
 
 @dataclass
@@ -106,6 +111,7 @@ class Projector:
         snapshot_every: int = 1000,
         snapshot_keep: int = 3,
         snapshot_anchor_every: int = 0,
+        cache_rows: int = 0,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.engine = engine
@@ -115,10 +121,12 @@ class Projector:
         self.snapshot_anchor_every = snapshot_anchor_every
         self.clock = clock
         self.metrics = Metrics()
+        self.cache = SurfaceCache(cache_rows)
 
     def handle(self, event_id: int) -> Applied:
         """Fold the execution of event ``event_id`` up to its tip (the push endpoint's one call)."""
         lag: int | None = None
+        keep: _Keep | None = None
         with self.engine.begin() as conn:
             found = conn.execute(sql.EVENT_AND_TRACKING, {"id": event_id}).first()
             if found is None:  # not in this log (another deployment's, or a test's database)
@@ -126,7 +134,7 @@ class Projector:
             elif found.execution_id is None:  # catalog, subscription, spool events: no execution surface
                 result = Applied("no_execution", str(event_id))
             else:
-                result, lag = self._project(
+                result, lag, keep = self._project(
                     conn,
                     (found.tenant_id, found.organization_id, str(found.execution_id)),
                     str(event_id),
@@ -134,6 +142,8 @@ class Projector:
                     own_stream=found.stream_id == f"execution/{found.execution_id}",
                     tracking=sql.tracking_of(found),
                 )
+        if keep is not None:  # committed: the next fold of the execution may start from these
+            self.cache.put(*keep)
         self.metrics.record(result, lag)
         return result
 
@@ -143,7 +153,9 @@ class Projector:
         scope = (tenant_id, organization_id, execution_id)
         with self.engine.begin() as conn:
             tracking = sql.load_tracking(conn, *scope)
-            result, lag = self._project(conn, scope, None, None, own_stream=False, tracking=tracking)
+            result, lag, keep = self._project(conn, scope, None, None, own_stream=False, tracking=tracking)
+        if keep is not None:
+            self.cache.put(*keep)
         self.metrics.record(result, lag)
         return result
 
@@ -170,7 +182,7 @@ class Projector:
         *,
         own_stream: bool,
         tracking: sql.Tracking | None,
-    ) -> tuple[Applied, int | None]:
+    ) -> tuple[Applied, int | None, _Keep | None]:
         execution_id = scope[2]
         digest = self.registry.digest
         if (
@@ -180,7 +192,7 @@ class Projector:
             and tracking.folded_with(digest, REDUCER_VERSION)
             and delivered <= tracking.position
         ):  # the execution's own stream commits in position order: everything up to here is folded
-            return Applied("duplicate", event_id, execution_id, position=tracking.position), None
+            return Applied("duplicate", event_id, execution_id, position=tracking.position), None, None
         # One fold of an execution at a time: its tracking row's lock (which reads the latest committed row:
         # another instance may have folded meanwhile) with the events after it, or for a first fold an
         # advisory lock on the execution.
@@ -198,7 +210,7 @@ class Projector:
                 if sql.count_upto(conn, *scope, tracking.position) != tracking.version:
                     fresh = True  # an event committed late below the tracking position
                 elif delivered is not None:
-                    return Applied("duplicate", event_id, execution_id, position=tracking.position), None
+                    return Applied("duplicate", event_id, execution_id, position=tracking.position), None, None
         refolded = fresh and tracking is not None
         if locked is not None and not fresh:
             read = locked[1]
@@ -207,12 +219,12 @@ class Projector:
         events = [self.registry.upcast(e) for e in read]
         if not events:
             position = 0 if tracking is None else tracking.position
-            return Applied("duplicate", event_id, execution_id, position=position), None
-        state, kinds = self._seed(conn, scope, None if fresh else tracking, events)
+            return Applied("duplicate", event_id, execution_id, position=position), None, None
+        state, kinds, present = self._seed(conn, scope, None if fresh else tracking, events)
         if state is None:  # a row it needs is missing or was folded otherwise: refold from the first event
             refolded = True
             events = [self.registry.upcast(e) for e in sql.read_events(conn, *scope)]
-            state, kinds = ReplayState(), list(sql.KINDS)
+            state, kinds, present = ReplayState(), list(sql.KINDS), set(sql.KINDS)
         snapshots: list[Snapshot] = []
 
         def keep(current: ReplayState) -> None:
@@ -263,23 +275,34 @@ class Projector:
             snapshots=len(snapshots),
             surfaces=kinds,
         )
-        return result, lag_ms
+        kept = {kind: state.payload_refs if kind == LINEAGE else state.surfaces[kind] for kind in present}
+        return result, lag_ms, (scope, state.event_count, digest, kept)
 
     def _seed(
         self, conn: Connection, scope: tuple[str, str, str], tracking: sql.Tracking | None, events: list[Event]
-    ) -> tuple[ReplayState | None, list[str]]:
+    ) -> tuple[ReplayState | None, list[str], set[str]]:
         """The state to fold ``events`` onto and the row kinds to write: every kind for a fold from the
         first event, else those the events touch (loaded alone, unless the batch reaches a snapshot:
         a snapshot is the whole state)."""
         if tracking is None:
-            return ReplayState(), list(sql.KINDS)
+            return ReplayState(), list(sql.KINDS), set(sql.KINDS)
         touched: set[str] = set()
         for event in events:
             touched |= touches(event)
         kinds = [kind for kind in sql.KINDS if kind in touched]
         every = self.snapshot_every
         snapshot_due = every > 0 and tracking.version // every != (tracking.version + len(events)) // every
-        return sql.load_state(conn, *scope, tracking, sql.KINDS if snapshot_due else kinds), kinds
+        need = set(sql.KINDS if snapshot_due else kinds)
+        cached = self.cache.take(scope, tracking.version, self.registry.digest)
+        state = sql.load_state(conn, *scope, tracking, need - set(cached))
+        if state is None:
+            return None, kinds, set()
+        for kind, rows in cached.items():  # as this instance committed them at this very version
+            if kind == LINEAGE:
+                state.payload_refs = rows
+            else:
+                state.surfaces[kind] = rows
+        return state, kinds, need | set(cached)
 
     def status(self, scope: tuple[str, str, str] | None = None) -> dict[str, Any]:
         """Projection lag and the last applied event: of one execution, or of the latest write."""

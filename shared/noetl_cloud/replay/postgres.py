@@ -232,10 +232,8 @@ def load_state(
     """The state with only the row kinds ``kinds`` loaded (the others left empty: the caller folds only
     events that do not touch them); None when one of them is missing or was folded otherwise."""
     wanted = sorted(set(kinds))
-    rows = {
-        r.projection_type: r
-        for r in conn.execute(_SURFACES, {**_scope(tenant_id, organization_id, execution_id), "kinds": wanted})
-    }
+    params = {**_scope(tenant_id, organization_id, execution_id), "kinds": wanted}
+    rows = {r.projection_type: r for r in conn.execute(_SURFACES, params)} if wanted else {}
     if set(rows) != set(wanted) or not all(
         int(r.version) <= tracking.version and tracking.folded_with(r.upcaster_registry_digest, r.reducer_version)
         for r in rows.values()

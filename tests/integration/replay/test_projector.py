@@ -367,3 +367,39 @@ def test_concurrent_deliveries_of_one_execution_fold_each_event_exactly_once(
     assert not any(r.refolded for r in results)
     report = _verify(rclient, eid)
     assert report["ok"] and report["events_behind"] == 0, report
+
+
+def test_a_fold_at_the_tip_takes_the_surfaces_this_instance_committed_and_loads_them_otherwise(
+    rclient: FlaskClient, rplane: ControlPlane, projector_role: ProjectorRole
+) -> None:
+    from noetl_cloud.projector.service import Projector
+
+    register(rclient, chain_playbook("projector/cache", 3))
+    driver = Driver(rclient, rplane.engine)
+    eid = driver.start("projector/cache")
+    cached = projector_role.projector
+    uncached = Projector(projector_role.engine, projector_role.registry, cache_rows=0)
+    assert cached.handle(_last_event(rplane, eid)).outcome == "applied"
+    loads: dict[str, int] = {}
+    who = ""
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "SELECT projection_type, version, state" in statement:
+            loads[who] = loads.get(who, 0) + 1
+
+    event.listen(projector_role.engine, "before_cursor_execute", record)
+    try:
+        for name, projector in (("cached", cached), ("uncached", uncached), ("cached again", cached)):
+            who = name
+            (command,) = driver.issued(eid)
+            driver.run_one(command)  # a claim and a report: two writes, one batch
+            assert projector.handle(_last_event(rplane, eid)).outcome == "applied"
+    finally:
+        event.remove(projector_role.engine, "before_cursor_execute", record)
+    # The cached instance folded the last write itself: no load. The other one loads; after it folded,
+    # the first one's surfaces are at an older version than the tracking row: it loads too.
+    assert loads == {"uncached": 1, "cached again": 1}
+    assert (cached.cache.hits, cached.cache.misses) == (1, 1)
+    assert driver.status(eid)["status"] == "completed"
+    report = _verify(rclient, eid)  # the rows the cached folds wrote are the fold of the log
+    assert report["ok"] and report["events_behind"] == 0, report
