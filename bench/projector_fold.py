@@ -16,8 +16,8 @@ Two figures, both as ``events/s folded ÷ events/s written`` (``ratio > 1``: the
 
     make up && .venv/bin/python bench/projector_fold.py [--executions 300] [--iterations 10000]
 
-(a') is (a) with every write first and the deliveries after (a projector that fell behind: each
-execution's first delivery folds its pending writes in one batch, the rest are duplicates).
+(a') is (a) with each execution's writes first and their deliveries after (a projector that fell
+behind: the first delivery folds the pending writes in one batch, the rest are duplicates).
 
 The last line is ``ratio projector_fold_to_write: X`` of (a), the projector's worst case. :func:`measure_fold_rate` and
 :func:`measure_long_loop` are what ``bench/scale.py`` imports. Never fails on timing.
@@ -205,8 +205,8 @@ def scratch(threads: int, snapshot_every: int = 1000) -> Iterator[tuple[Engine, 
 
 def measure_fold_rate(executions: int = 300, threads: int = 4, steps: int = 3, *, backlog: bool = False) -> FoldRate:
     """(a): a burst of ``executions`` noop runs, each write followed by its delivery; writes and folds
-    timed apart. ``backlog``: every write of the burst first, then every delivery (in write order per
-    execution): a projector that fell behind, folding each execution's pending writes in one batch."""
+    timed apart. ``backlog``: each execution's writes first, then their deliveries in order: a
+    projector that fell behind, folding each execution's pending writes in one batch."""
     with scratch(threads) as (engine, role):
         store = PostgresEventStore(engine)
         app = build_app(role, push_auth_from_settings(role.settings), InternalAuth(token=SecretStr(TOKEN)))
@@ -231,15 +231,21 @@ def measure_fold_rate(executions: int = 300, threads: int = 4, steps: int = 3, *
                 assert backlog or answer.get_json()["outcome"] == "applied", answer.get_json()
                 return time.perf_counter() - started
 
-            for eid, batch in order:
+            if backlog:  # execution by execution: its writes, then their deliveries (the load hits both alike)
+                order = [(eid, batch) for eid, run in share for batch in run]
+            behind: list[tuple[str, Write]] = []
+            for n, (eid, batch) in enumerate(order):
                 started = time.perf_counter()
                 store.append(batch[0].stream_id, batch)
                 write_s += time.perf_counter() - started
                 events, writes = events + len(batch), writes + 1
                 if not backlog:
                     fold_s += deliver(eid, batch)
-            if backlog:
-                fold_s = sum(deliver(eid, batch) for eid, batch in order)
+                    continue
+                behind.append((eid, batch))
+                if n + 1 == len(order) or order[n + 1][0] != eid:
+                    fold_s += sum(deliver(e, b) for e, b in behind)
+                    behind = []
             return events, writes, write_s, fold_s
 
         with ThreadPoolExecutor(threads) as pool:

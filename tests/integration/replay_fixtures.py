@@ -112,6 +112,7 @@ def projector_role(replay_settings: Settings) -> Iterator[ProjectorRole]:
     role = ProjectorRole(replay_settings.model_copy(update={"role": "projector"}))
     yield role
     role.engine.dispose()
+    role.reader.dispose()
 
 
 @pytest.fixture

@@ -112,9 +112,11 @@ class Projector:
         snapshot_keep: int = 3,
         snapshot_anchor_every: int = 0,
         cache_rows: int = 0,
+        reader: Engine | None = None,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.engine = engine
+        self.reader = reader or engine  # a delivery's first read (autocommit in the role)
         self.registry = registry
         self.snapshot_every = snapshot_every
         self.snapshot_keep = snapshot_keep
@@ -127,21 +129,29 @@ class Projector:
         """Fold the execution of event ``event_id`` up to its tip (the push endpoint's one call)."""
         lag: int | None = None
         keep: _Keep | None = None
-        with self.engine.begin() as conn:
+        with self.reader.connect() as conn:
             found = conn.execute(sql.EVENT_AND_TRACKING, {"id": event_id}).first()
-            if found is None:  # not in this log (another deployment's, or a test's database)
-                result = Applied("unknown_event", str(event_id))
-            elif found.execution_id is None:  # catalog, subscription, spool events: no execution surface
-                result = Applied("no_execution", str(event_id))
+        if found is None:  # not in this log (another deployment's, or a test's database)
+            result = Applied("unknown_event", str(event_id))
+        elif found.execution_id is None:  # catalog, subscription, spool events: no execution surface
+            result = Applied("no_execution", str(event_id))
+        else:
+            scope = (found.tenant_id, found.organization_id, str(found.execution_id))
+            own_stream = found.stream_id == f"execution/{found.execution_id}"
+            tracking = sql.tracking_of(found)
+            if own_stream and self._covers(tracking, int(found.event_position)):
+                assert tracking is not None
+                result = Applied("duplicate", str(event_id), scope[2], position=tracking.position)
             else:
-                result, lag, keep = self._project(
-                    conn,
-                    (found.tenant_id, found.organization_id, str(found.execution_id)),
-                    str(event_id),
-                    int(found.event_position),
-                    own_stream=found.stream_id == f"execution/{found.execution_id}",
-                    tracking=sql.tracking_of(found),
-                )
+                with self.engine.begin() as conn:
+                    result, lag, keep = self._project(
+                        conn,
+                        scope,
+                        str(event_id),
+                        int(found.event_position),
+                        own_stream=own_stream,
+                        tracking=tracking,
+                    )
         if keep is not None:  # committed: the next fold of the execution may start from these
             self.cache.put(*keep)
         self.metrics.record(result, lag)
@@ -185,14 +195,6 @@ class Projector:
     ) -> tuple[Applied, int | None, _Keep | None]:
         execution_id = scope[2]
         digest = self.registry.digest
-        if (
-            own_stream
-            and delivered is not None
-            and tracking is not None
-            and tracking.folded_with(digest, REDUCER_VERSION)
-            and delivered <= tracking.position
-        ):  # the execution's own stream commits in position order: everything up to here is folded
-            return Applied("duplicate", event_id, execution_id, position=tracking.position), None, None
         # One fold of an execution at a time: its tracking row's lock (which reads the latest committed row:
         # another instance may have folded meanwhile) with the events after it, or for a first fold an
         # advisory lock on the execution.
@@ -277,6 +279,15 @@ class Projector:
         )
         kept = {kind: state.payload_refs if kind == LINEAGE else state.surfaces[kind] for kind in present}
         return result, lag_ms, (scope, state.event_count, digest, kept)
+
+    def _covers(self, tracking: sql.Tracking | None, position: int) -> bool:
+        """The tracking row covers an event of the execution's own stream at ``position``: that stream
+        commits in position order, so everything up to it is folded."""
+        return (
+            tracking is not None
+            and tracking.folded_with(self.registry.digest, REDUCER_VERSION)
+            and position <= tracking.position
+        )
 
     def _seed(
         self, conn: Connection, scope: tuple[str, str, str], tracking: sql.Tracking | None, events: list[Event]

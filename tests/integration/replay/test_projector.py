@@ -216,14 +216,17 @@ def test_a_delivery_folds_its_batch_onto_the_surfaces_it_touches_and_a_duplicate
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements.append(" ".join(statement.split()))
 
-    event.listen(projector_role.engine, "before_cursor_execute", record)
+    engines = (projector_role.engine, projector_role.reader)
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", record)
     try:
         again = projector.handle(_last_event(rplane, eid))
     finally:
-        event.remove(projector_role.engine, "before_cursor_execute", record)
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", record)
     assert again.outcome == "duplicate" and again.position == results[-1].position
     reads = [s for s in statements if s.upper().startswith("SELECT")]
-    assert len(reads) == 1, statements  # the event's scope joined with its tracking row: nothing else
+    assert len(statements) == len(reads) == 1, statements  # the event joined with its tracking row: nothing else
     assert "FROM event e LEFT JOIN projection_tracking t" in reads[0] and "e.event_id =" in reads[0]
     assert not [s for s in statements if "projection " in s or "projection_snapshot" in s or "lock" in s.lower()]
 
