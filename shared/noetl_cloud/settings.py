@@ -185,6 +185,13 @@ class Settings(BaseModel):
     projector_catchup_window_s: Annotated[float, Field(ge=60, le=30 * 86_400)] = 86_400.0
     projector_catchup_settle_s: Annotated[float, Field(ge=0, le=86_400)] = 30.0
     replay_snapshot_every: Annotated[int, Field(ge=0, le=1_000_000)] = 1000
+    # Snapshots kept per execution: the newest ``keep``, plus those whose event count is a multiple of
+    # ``anchor_every`` (time travel far back starts near its cutoff; 0 = none); the rest are pruned.
+    replay_snapshot_keep: Annotated[int, Field(ge=1, le=1000)] = 3
+    replay_snapshot_anchor_every: Annotated[int, Field(ge=0, le=100_000_000)] = 25_000
+    # Surface rows a projector instance keeps between deliveries (the executions it folded last), so a
+    # fold at the tip does not load them again; 0 = off.
+    projector_cache_rows: Annotated[int, Field(ge=0, le=10_000_000)] = 50_000
 
     # Frames (docs/frames.md): where workers reach the frames role, the payload store frame rows are
     # written to as Arrow IPC, and how many expired leases one reaper run releases.

@@ -69,6 +69,8 @@ def replay_settings(
         organization_id="ops",
         projector_push_token=SecretStr(PUSH_TOKEN),
         replay_snapshot_every=25,
+        replay_snapshot_keep=3,
+        replay_snapshot_anchor_every=100,
     )
 
 
@@ -110,6 +112,7 @@ def projector_role(replay_settings: Settings) -> Iterator[ProjectorRole]:
     role = ProjectorRole(replay_settings.model_copy(update={"role": "projector"}))
     yield role
     role.engine.dispose()
+    role.reader.dispose()
 
 
 @pytest.fixture

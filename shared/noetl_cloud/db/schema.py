@@ -20,6 +20,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Table,
     Text,
@@ -207,6 +208,14 @@ command = Table(
         "command_id",
         postgresql_where=text("status = 'issued'"),
     ),
+    # The reaper's re-notify: commands still issued, oldest ``updated_at`` first (migration 0008).
+    Index(
+        "ix_command_issued_stale",
+        "tenant_id",
+        "organization_id",
+        "updated_at",
+        postgresql_where=text("status = 'issued'"),
+    ),
 )
 
 # One loop step run (DSL §7): its collection, the iteration commands in flight, the results by
@@ -314,8 +323,10 @@ projection_snapshot = Table(
     Column("upcaster_registry_digest", Text, nullable=False),
     Column("reducer_version", Integer, nullable=False),
     Column("checksum", Text, nullable=False),
-    Column("state", JSONB, nullable=False),
+    Column("state", JSONB, nullable=True),  # rows written before migration 0008
+    Column("state_compressed", LargeBinary, nullable=True),  # zlib of the state's canonical JSON
     _now(),
+    CheckConstraint("state IS NOT NULL OR state_compressed IS NOT NULL", name="state_present"),
     UniqueConstraint(
         "tenant_id",
         "organization_id",
@@ -325,6 +336,39 @@ projection_snapshot = Table(
         "position",
         name="uq_projection_snapshot_position",
     ),
+)
+
+# The projector's tracking row of one execution (migration 0008): the position of the last event folded,
+# how many were folded (``version``) and with what. A delivery's duplicate check reads only this row.
+projection_tracking = Table(
+    "projection_tracking",
+    metadata,
+    Column("tenant_id", Text, primary_key=True),
+    Column("organization_id", Text, primary_key=True),
+    Column("execution_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("version", BigInteger, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("last_event_id", BigInteger, nullable=True),
+    Column("upcaster_registry_digest", Text, nullable=False),
+    Column("reducer_version", Integer, nullable=False),
+    Column("event_time_watermark", DateTime(timezone=True), nullable=True),
+    Column("lag_ms", BigInteger, nullable=True),
+    Column("projected_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint("version >= 0", name="version_not_negative"),
+    Index(None, "projected_at"),
+)
+
+# How far the projector's catch-up has looked through the log, per scope: every event at or below
+# ``checked_position`` was looked at; ``pending_position`` was the log's tip at ``pending_at`` (the next
+# run's bound once it is older than the settle time).
+projector_checkpoint = Table(
+    "projector_checkpoint",
+    metadata,
+    Column("tenant_id", Text, primary_key=True),
+    Column("organization_id", Text, primary_key=True),
+    Column("checked_position", BigInteger, nullable=False),
+    Column("pending_position", BigInteger, nullable=False),
+    Column("pending_at", DateTime(timezone=True), nullable=False),
 )
 
 # Replay reads one tenant's execution in store order.

@@ -23,12 +23,28 @@ class ProjectorRole:
         return create_db_engine(self.settings)
 
     @cached_property
+    def reader(self) -> Engine:
+        """Autocommit connections for a delivery's first read: a duplicate costs that one round trip
+        (no ``BEGIN``/``COMMIT`` around it)."""
+        return create_db_engine(
+            self.settings, isolation_level="AUTOCOMMIT", pool_size=self.settings.db_pool_size, max_overflow=0
+        )
+
+    @cached_property
     def registry(self) -> UpcasterRegistry:
         return default_registry()
 
     @cached_property
     def projector(self) -> Projector:
-        return Projector(self.engine, self.registry, snapshot_every=self.settings.replay_snapshot_every)
+        return Projector(
+            self.engine,
+            self.registry,
+            reader=self.reader,
+            snapshot_every=self.settings.replay_snapshot_every,
+            snapshot_keep=self.settings.replay_snapshot_keep,
+            snapshot_anchor_every=self.settings.replay_snapshot_anchor_every,
+            cache_rows=self.settings.projector_cache_rows,
+        )
 
     @cached_property
     def replay(self) -> ReplayService:

@@ -1,18 +1,25 @@
 """The projector: folds an execution's events into its live projection rows, idempotently.
 
-A delivery names one event. The projector never folds "that event": it locks the execution
-(a transaction-scoped advisory lock, so two instances never fold one execution at once), loads
-the stored projection, and folds every event of the execution after the projection's tracking
-position, in store order, up to the tip — the same reducers and upcasters as replay. So a
-duplicate delivery, or one that arrives after later events were already folded, changes nothing
-(``duplicate``), and deliveries in any order converge to the fold of the log.
+A delivery names one event. The projector never folds "that event" alone:
 
-Guards: a projection folded with another registry digest or reducer version, or whose rows
-disagree on their version, is refolded from the first event; so is one that no longer covers
-every event up to its position (an event of another stream of the execution committed late below
-it). Rows are written with a version-monotonic upsert (``version`` = events folded), and a
+1. it reads the projection's tracking row (position, events folded; no surface state). A delivery
+   of an event of the execution's own stream at or below the tracking position is a ``duplicate``
+   (that stream commits in position order): nothing else is read, no lock is taken;
+2. otherwise it locks the execution (a transaction-scoped advisory lock: two instances never fold
+   one execution at once), reads the tracking row again and every event after its position up to
+   the tip — one batch, however many deliveries it covers (those that follow are duplicates);
+3. it loads only the surfaces those events change (:func:`~noetl_cloud.replay.reducers.touches`),
+   folds with the reducers and upcasters of replay, and writes those surfaces and the tracking row.
+
+So duplicates and deliveries in any order converge to the fold of the log.
+
+Guards: a projection folded with another registry digest or reducer version, or missing a row kind
+it needs, is refolded from the first event; so is one that no longer covers every event up to its
+position (an event of another stream of the execution committed late below it: checked when such
+an event is delivered, and on a rebuild). Rows are written with a version-monotonic upsert. A
 replay-state snapshot is written each time the event count reaches a multiple of
-``snapshot_every``.
+``snapshot_every`` (the batch then loads every surface), and the execution's snapshots are pruned
+to the few replay needs (:mod:`noetl_cloud.replay.snapshot_store`).
 """
 
 from __future__ import annotations
@@ -27,31 +34,21 @@ from sqlalchemy import Connection, Engine, text
 
 from noetl_cloud.envelope import parse_time, utc_now
 from noetl_cloud.errors import NotFound
+from noetl_cloud.projector import catchup
+from noetl_cloud.projector.cache import Scope, SurfaceCache
 from noetl_cloud.replay import postgres as sql
-from noetl_cloud.replay.reducers import REDUCER_VERSION, fold
+from noetl_cloud.replay import snapshot_store
+from noetl_cloud.replay.reducers import REDUCER_VERSION, fold, touches
 from noetl_cloud.replay.snapshots import Snapshot, capture
-from noetl_cloud.replay.state import ReplayState
-from noetl_cloud.replay.upcasters import UpcasterRegistry
+from noetl_cloud.replay.state import LINEAGE, ReplayState
+from noetl_cloud.replay.upcasters import Event, UpcasterRegistry
 
-_EVENT = text("SELECT position, tenant_id, organization_id, execution_id, stream_id FROM event WHERE event_id = :id")
 _LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
-# Executions of one scope started within the window, quiet for ``settle_s``, whose projection is behind
-# the last event of their log (or missing). ``created_at`` bounds the scan by the execution index.
-_BEHIND = text(
-    "SELECT x.execution_id FROM execution x "
-    "LEFT JOIN projection p ON p.tenant_id = x.tenant_id AND p.organization_id = x.organization_id "
-    "AND p.execution_id = x.execution_id AND p.projection_type = 'execution' "
-    "WHERE x.tenant_id = :t AND x.organization_id = :o "
-    "AND x.created_at >= now() - make_interval(secs => :window_s) "
-    "AND x.updated_at < now() - make_interval(secs => :settle_s) "
-    "AND COALESCE(p.position, 0) < (SELECT COALESCE(max(e.position), 0) FROM event e "
-    "  WHERE e.tenant_id = x.tenant_id AND e.organization_id = x.organization_id AND e.execution_id = x.execution_id) "
-    "ORDER BY x.created_at LIMIT :limit"
-)
-_LATEST = text(
-    "SELECT last_event_id, lag_ms, projected_at FROM projection WHERE projection_type = 'execution' "
-    "ORDER BY projected_at DESC LIMIT 1"
-)
+_LATEST = text("SELECT last_event_id, lag_ms, projected_at FROM projection_tracking ORDER BY projected_at DESC LIMIT 1")
+
+
+# What a committed fold leaves for the next one: (scope, version, registry digest, surfaces by row kind).
+_Keep = tuple[Scope, int, str, dict[str, dict[str, Any]]]
 
 
 @dataclass
@@ -65,6 +62,7 @@ class Applied:
     position: int | None = None
     refolded: bool = False
     snapshots: int = 0
+    surfaces: list[str] | None = None  # the row kinds written (absent for a duplicate)
 
     def body(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -111,90 +109,132 @@ class Projector:
         registry: UpcasterRegistry,
         *,
         snapshot_every: int = 1000,
+        snapshot_keep: int = 3,
+        snapshot_anchor_every: int = 0,
+        cache_rows: int = 0,
+        reader: Engine | None = None,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.engine = engine
+        self.reader = reader or engine  # a delivery's first read (autocommit in the role)
         self.registry = registry
         self.snapshot_every = snapshot_every
+        self.snapshot_keep = snapshot_keep
+        self.snapshot_anchor_every = snapshot_anchor_every
         self.clock = clock
         self.metrics = Metrics()
+        self.cache = SurfaceCache(cache_rows)
 
     def handle(self, event_id: int) -> Applied:
         """Fold the execution of event ``event_id`` up to its tip (the push endpoint's one call)."""
         lag: int | None = None
-        with self.engine.begin() as conn:
-            found = conn.execute(_EVENT, {"id": event_id}).first()
-            if found is None:  # not in this log (another deployment's, or a test's database)
-                result = Applied("unknown_event", str(event_id))
-            elif found.execution_id is None:  # catalog, subscription, spool events: no execution surface
-                result = Applied("no_execution", str(event_id))
+        keep: _Keep | None = None
+        with self.reader.connect() as conn:
+            found = conn.execute(sql.EVENT_AND_TRACKING, {"id": event_id}).first()
+        if found is None:  # not in this log (another deployment's, or a test's database)
+            result = Applied("unknown_event", str(event_id))
+        elif found.execution_id is None:  # catalog, subscription, spool events: no execution surface
+            result = Applied("no_execution", str(event_id))
+        else:
+            scope = (found.tenant_id, found.organization_id, str(found.execution_id))
+            own_stream = found.stream_id == f"execution/{found.execution_id}"
+            tracking = sql.tracking_of(found)
+            if own_stream and self._covers(tracking, int(found.event_position)):
+                assert tracking is not None
+                result = Applied("duplicate", str(event_id), scope[2], position=tracking.position)
             else:
-                own_stream = found.stream_id == f"execution/{found.execution_id}"
-                result, lag = self._project(
-                    conn,
-                    found.tenant_id,
-                    found.organization_id,
-                    str(found.execution_id),
-                    str(event_id),
-                    int(found.position) if own_stream else None,
-                )
+                with self.engine.begin() as conn:
+                    result, lag, keep = self._project(
+                        conn,
+                        scope,
+                        str(event_id),
+                        int(found.event_position),
+                        own_stream=own_stream,
+                        tracking=tracking,
+                    )
+        if keep is not None:  # committed: the next fold of the execution may start from these
+            self.cache.put(*keep)
         self.metrics.record(result, lag)
         return result
 
     def project(self, tenant_id: str, organization_id: str, execution_id: str) -> Applied:
-        """Fold an execution up to its tip (a rebuild, or a catch-up without a delivery)."""
+        """Fold an execution up to its tip (a rebuild, or a catch-up without a delivery): every stored
+        row and the coverage of the tracking position are checked first."""
+        scope = (tenant_id, organization_id, execution_id)
         with self.engine.begin() as conn:
-            result, lag = self._project(conn, tenant_id, organization_id, execution_id, None, None)
+            tracking = sql.load_tracking(conn, *scope)
+            result, lag, keep = self._project(conn, scope, None, None, own_stream=False, tracking=tracking)
+        if keep is not None:
+            self.cache.put(*keep)
         self.metrics.record(result, lag)
         return result
 
     def catch_up(
         self, tenant_id: str, organization_id: str, *, window_s: float, settle_s: float, limit: int = 200
     ) -> dict[str, int]:
-        """Fold every execution whose projection is behind its log although no delivery is due: the
-        broker lost the deliveries of its last events (a topic recreated empty, a message dropped after
-        its retries). Executions started within ``window_s`` and quiet for ``settle_s`` are looked at,
-        ``limit`` a run (Cloud Scheduler calls it every few minutes). ``{behind, applied}``."""
-        params = {"t": tenant_id, "o": organization_id, "window_s": window_s, "settle_s": settle_s, "limit": limit}
-        with self.engine.connect() as conn:
-            behind = [str(r.execution_id) for r in conn.execute(_BEHIND, params)]
-        applied = sum(self.project(tenant_id, organization_id, eid).outcome == "applied" for eid in behind)
-        return {"behind": len(behind), "applied": applied}
+        """Fold every execution whose projection is behind its log although no delivery is due (the
+        broker lost the deliveries of its last events). Only the events written since the last run
+        are looked at (:mod:`noetl_cloud.projector.catchup`). ``{behind, applied}``."""
+        with self.engine.begin() as conn:
+            run = catchup.lagging(conn, tenant_id, organization_id, window_s=window_s, settle_s=settle_s, limit=limit)
+        applied = sum(self.project(tenant_id, organization_id, eid).outcome == "applied" for eid in run.behind)
+        if run.complete:
+            with self.engine.begin() as conn:
+                catchup.advance(conn, tenant_id, organization_id, run)
+        return {"behind": len(run.behind), "applied": applied}
 
     def _project(
         self,
         conn: Connection,
-        tenant_id: str,
-        organization_id: str,
-        execution_id: str,
+        scope: tuple[str, str, str],
         event_id: str | None,
-        own_stream_position: int | None,
-    ) -> tuple[Applied, int | None]:
-        scope = (tenant_id, organization_id, execution_id)
-        conn.execute(_LOCK, {"key": "/".join(scope)})
-        stored = sql.load_projection(conn, *scope)
+        delivered: int | None,
+        *,
+        own_stream: bool,
+        tracking: sql.Tracking | None,
+    ) -> tuple[Applied, int | None, _Keep | None]:
+        execution_id = scope[2]
         digest = self.registry.digest
-        refolded = False
-        if stored.consistent(digest, REDUCER_VERSION):
-            state = stored.state()
+        # One fold of an execution at a time: its tracking row's lock (which reads the latest committed row:
+        # another instance may have folded meanwhile) with the events after it, or for a first fold an
+        # advisory lock on the execution.
+        locked = None if tracking is None else sql.lock_and_read(conn, *scope)
+        if locked is None:
+            conn.execute(_LOCK, {"key": "/".join(scope)})
+            tracking = sql.load_tracking(conn, *scope, lock=True)
         else:
-            state, refolded = ReplayState(), stored.exists
-        if own_stream_position is not None and own_stream_position <= state.last_position:
-            # The execution's own stream commits in position order: everything up to here is folded.
-            return Applied("duplicate", event_id, execution_id, position=state.last_position), None
-        if state.event_count and sql.count_upto(conn, *scope, state.last_position) != state.event_count:
-            state, refolded = ReplayState(), True  # an event committed late below the tracking position
-        events = sql.read_events(conn, *scope, after=state.last_position)
+            tracking = locked[0]
+        fresh = tracking is None or not tracking.folded_with(digest, REDUCER_VERSION)
+        if tracking is not None and not fresh:
+            if delivered is None and not sql.rows_consistent(conn, *scope, tracking):
+                fresh = True  # a rebuild: a row missing, ahead of the tracking row or folded otherwise
+            elif (delivered is None or delivered <= tracking.position) and tracking.version:
+                if sql.count_upto(conn, *scope, tracking.position) != tracking.version:
+                    fresh = True  # an event committed late below the tracking position
+                elif delivered is not None:
+                    return Applied("duplicate", event_id, execution_id, position=tracking.position), None, None
+        refolded = fresh and tracking is not None
+        if locked is not None and not fresh:
+            read = locked[1]
+        else:
+            read = sql.read_events(conn, *scope, after=0 if fresh or tracking is None else tracking.position)
+        events = [self.registry.upcast(e) for e in read]
         if not events:
-            return Applied("duplicate", event_id, execution_id, position=state.last_position), None
+            position = 0 if tracking is None else tracking.position
+            return Applied("duplicate", event_id, execution_id, position=position), None, None
+        state, kinds, present = self._seed(conn, scope, None if fresh else tracking, events)
+        if state is None:  # a row it needs is missing or was folded otherwise: refold from the first event
+            refolded = True
+            events = [self.registry.upcast(e) for e in sql.read_events(conn, *scope)]
+            state, kinds, present = ReplayState(), list(sql.KINDS), set(sql.KINDS)
         snapshots: list[Snapshot] = []
 
         def keep(current: ReplayState) -> None:
             snapshots.append(
                 capture(
                     current,
-                    tenant_id=tenant_id,
-                    organization_id=organization_id,
+                    tenant_id=scope[0],
+                    organization_id=scope[1],
                     execution_id=execution_id,
                     registry_digest=digest,
                     reducer_version=REDUCER_VERSION,
@@ -202,20 +242,30 @@ class Projector:
             )
 
         fold(events, self.registry, state, snapshot_every=self.snapshot_every, on_snapshot=keep)
-        sql.save_snapshots(conn, snapshots)
+        if snapshots:
+            snapshot_store.save_snapshots(conn, snapshots)
+            snapshot_store.prune(
+                conn,
+                *scope,
+                registry_digest=digest,
+                reducer_version=REDUCER_VERSION,
+                keep=self.snapshot_keep,
+                anchor_every=self.snapshot_anchor_every,
+            )
         now = self.clock()
         lag_ms = max(0, int((now - parse_time(events[-1]["ingest_time"])).total_seconds() * 1000))
         sql.save_projection(
             conn,
             state,
-            tenant_id=tenant_id,
-            organization_id=organization_id,
+            tenant_id=scope[0],
+            organization_id=scope[1],
             execution_id=execution_id,
             registry_digest=digest,
             reducer_version=REDUCER_VERSION,
             watermark=parse_time(max(e["event_time"] for e in events)),
             lag_ms=lag_ms,
             projected_at=now,
+            kinds=kinds,
         )
         result = Applied(
             "applied",
@@ -225,8 +275,45 @@ class Projector:
             position=state.last_position,
             refolded=refolded,
             snapshots=len(snapshots),
+            surfaces=kinds,
         )
-        return result, lag_ms
+        kept = {kind: state.payload_refs if kind == LINEAGE else state.surfaces[kind] for kind in present}
+        return result, lag_ms, (scope, state.event_count, digest, kept)
+
+    def _covers(self, tracking: sql.Tracking | None, position: int) -> bool:
+        """The tracking row covers an event of the execution's own stream at ``position``: that stream
+        commits in position order, so everything up to it is folded."""
+        return (
+            tracking is not None
+            and tracking.folded_with(self.registry.digest, REDUCER_VERSION)
+            and position <= tracking.position
+        )
+
+    def _seed(
+        self, conn: Connection, scope: tuple[str, str, str], tracking: sql.Tracking | None, events: list[Event]
+    ) -> tuple[ReplayState | None, list[str], set[str]]:
+        """The state to fold ``events`` onto and the row kinds to write: every kind for a fold from the
+        first event, else those the events touch (loaded alone, unless the batch reaches a snapshot:
+        a snapshot is the whole state)."""
+        if tracking is None:
+            return ReplayState(), list(sql.KINDS), set(sql.KINDS)
+        touched: set[str] = set()
+        for event in events:
+            touched |= touches(event)
+        kinds = [kind for kind in sql.KINDS if kind in touched]
+        every = self.snapshot_every
+        snapshot_due = every > 0 and tracking.version // every != (tracking.version + len(events)) // every
+        need = set(sql.KINDS if snapshot_due else kinds)
+        cached = self.cache.take(scope, tracking.version, self.registry.digest)
+        state = sql.load_state(conn, *scope, tracking, need - set(cached))
+        if state is None:
+            return None, kinds, set()
+        for kind, rows in cached.items():  # as this instance committed them at this very version
+            if kind == LINEAGE:
+                state.payload_refs = rows
+            else:
+                state.surfaces[kind] = rows
+        return state, kinds, need | set(cached)
 
     def status(self, scope: tuple[str, str, str] | None = None) -> dict[str, Any]:
         """Projection lag and the last applied event: of one execution, or of the latest write."""
@@ -243,11 +330,11 @@ class Projector:
                     else {"last_applied_event_id": None, "lag_ms": None, "projected_at": None}
                 )
                 return {**durable, "process": self.metrics.to_dict()}
-            live = sql.load_projection(conn, *scope)
+            tracking = sql.load_tracking(conn, *scope)
             count, last = sql.tip(conn, *scope)
-        if count == 0 and not live.exists:
+        if count == 0 and tracking is None:
             raise NotFound(f"no execution {scope[2]}", code="execution_not_found")
-        summary = live.summary()
+        summary = tracking.summary() if tracking is not None else {"exists": False}
         return {
             "execution_id": scope[2],
             **summary,

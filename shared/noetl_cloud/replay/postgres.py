@@ -1,20 +1,26 @@
-"""The SQL of replay and projection: reading an execution's events in store order, projection rows
-and snapshots. Every read names the tenant and the organization: they scope every query.
+"""The SQL of replay and projection: reading an execution's events in store order, the projection's
+tracking row and surface rows (snapshots: :mod:`noetl_cloud.replay.snapshot_store`). Every read names
+the tenant and the organization: they scope every query.
+
+The tracking row (``projection_tracking``) is the projection's commit point: the position of the
+last event folded, how many were folded and with what registry digest and reducer version. Surface
+rows (``projection``) are written only when a fold changes them, so each carries the event count it
+was last written at (``version`` <= the tracking row's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, text
 
-from noetl_cloud.db.bulk import insert_rows
-from noetl_cloud.db.schema import projection, projection_snapshot
+from noetl_cloud.db.bulk import InsertBatch
+from noetl_cloud.db.schema import projection, projection_tracking
 from noetl_cloud.envelope import canonical_json
 from noetl_cloud.replay.events import from_row
-from noetl_cloud.replay.snapshots import Snapshot
 from noetl_cloud.replay.state import LINEAGE, SURFACES, ReplayState
 from noetl_cloud.replay.upcasters import Event
 
@@ -32,16 +38,46 @@ _COUNT_UPTO = text(f"SELECT count(*) FROM event WHERE {_SCOPE} AND position <= :
 _TIP = text(f"SELECT count(*) AS n, max(position) AS tip FROM event WHERE {_SCOPE}")
 _EVENT_POSITION = text(f"SELECT position FROM event WHERE {_SCOPE} AND event_id = :id")
 _TIME_POSITION = text(f"SELECT max(position) FROM event WHERE {_SCOPE} AND ingest_time <= :at")
-_SNAPSHOTS = text(
-    "SELECT execution_id, position, event_count, last_event_id, upcaster_registry_digest, reducer_version, "
-    "checksum, state FROM projection_snapshot "
-    f"WHERE {_SCOPE} AND upcaster_registry_digest = :digest AND reducer_version = :version AND position <= :upto "
-    "ORDER BY position DESC LIMIT :limit"
+_CHECKSUMS = text(f"SELECT projection_type, checksum FROM projection WHERE {_SCOPE}")
+_SURFACES = text(
+    "SELECT projection_type, version, state, upcaster_registry_digest, reducer_version FROM projection "
+    f"WHERE {_SCOPE} AND projection_type = ANY(:kinds)"
 )
-_PROJECTIONS = text(
-    "SELECT projection_type, version, position, last_event_id, state, checksum, upcaster_registry_digest, "
-    f"reducer_version, lag_ms, projected_at FROM projection WHERE {_SCOPE}"
+_HEADERS = text(
+    f"SELECT projection_type, version, upcaster_registry_digest, reducer_version FROM projection WHERE {_SCOPE}"
 )
+_TRACKING_COLUMNS = "version, position, last_event_id, upcaster_registry_digest, reducer_version, lag_ms, projected_at"
+_TRACKING = text(f"SELECT {_TRACKING_COLUMNS} FROM projection_tracking WHERE {_SCOPE}")
+_TRACKING_LOCKED = text(f"SELECT {_TRACKING_COLUMNS} FROM projection_tracking WHERE {_SCOPE} FOR UPDATE")
+# A fold's lock and read in one statement: the tracking row locked (FOR UPDATE returns its latest committed
+# version, whatever the statement's snapshot) and the events after its position, in store order.
+_LOCK_AND_READ = text(
+    f"WITH t AS (SELECT {_TRACKING_COLUMNS} FROM projection_tracking WHERE {_SCOPE} FOR UPDATE) "
+    "SELECT t.version AS t_version, t.position AS t_position, t.last_event_id AS t_last_event_id, "
+    "t.upcaster_registry_digest AS t_digest, t.reducer_version AS t_reducer_version, t.lag_ms AS t_lag_ms, "
+    "t.projected_at AS t_projected_at, e.* FROM t LEFT JOIN LATERAL ("
+    f"  SELECT {_EVENT_COLUMNS} FROM event WHERE {_SCOPE} AND position > t.position"
+    ") e ON TRUE ORDER BY e.position"
+)
+# A delivery's first read: the event's scope and position with its execution's tracking row, if any.
+EVENT_AND_TRACKING = text(
+    "SELECT e.position AS event_position, e.tenant_id, e.organization_id, e.execution_id, e.stream_id, "
+    "t.version, t.position, t.last_event_id, t.upcaster_registry_digest, t.reducer_version, t.lag_ms, "
+    "t.projected_at FROM event e LEFT JOIN projection_tracking t ON t.tenant_id = e.tenant_id "
+    "AND t.organization_id = e.organization_id AND t.execution_id = e.execution_id WHERE e.event_id = :id"
+)
+_TRACKING_UPSERT_SUFFIX = (
+    "ON CONFLICT (tenant_id, organization_id, execution_id) DO UPDATE SET "
+    "version = EXCLUDED.version, position = EXCLUDED.position, last_event_id = EXCLUDED.last_event_id, "
+    "upcaster_registry_digest = EXCLUDED.upcaster_registry_digest, reducer_version = EXCLUDED.reducer_version, "
+    "event_time_watermark = EXCLUDED.event_time_watermark, lag_ms = EXCLUDED.lag_ms, "
+    "projected_at = EXCLUDED.projected_at "
+    "WHERE projection_tracking.version < EXCLUDED.version "
+    "OR projection_tracking.upcaster_registry_digest <> EXCLUDED.upcaster_registry_digest "
+    "OR projection_tracking.reducer_version <> EXCLUDED.reducer_version"
+)
+#: Every row kind of a projection: the surfaces and the lineage.
+KINDS = (*SURFACES, LINEAGE)
 _UPSERT_SUFFIX = (
     "ON CONFLICT (tenant_id, organization_id, execution_id, projection_type) DO UPDATE SET "
     "version = EXCLUDED.version, position = EXCLUDED.position, last_event_id = EXCLUDED.last_event_id, "
@@ -99,122 +135,123 @@ def time_position(conn: Connection, tenant_id: str, organization_id: str, execut
     return int(conn.execute(_TIME_POSITION, params).scalar() or 0)
 
 
-def snapshots(
+@dataclass(frozen=True)
+class Tracking:
+    """The tracking row of one execution's projection."""
+
+    version: int  # events folded
+    position: int  # store position of the last event folded
+    last_event_id: str | None
+    registry_digest: str
+    reducer_version: int
+    lag_ms: int | None
+    projected_at: datetime
+
+    def folded_with(self, registry_digest: str, reducer_version: int) -> bool:
+        return self.registry_digest == registry_digest and self.reducer_version == reducer_version
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "exists": True,
+            "version": self.version,
+            "position": self.position,
+            "last_event_id": self.last_event_id,
+            "lag_ms": self.lag_ms,
+            "projected_at": self.projected_at.isoformat(),
+        }
+
+
+def load_tracking(
+    conn: Connection, tenant_id: str, organization_id: str, execution_id: str | int, *, lock: bool = False
+) -> Tracking | None:
+    """The tracking row alone (no surface state); ``lock``: ``FOR UPDATE`` (the latest committed one)."""
+    statement = _TRACKING_LOCKED if lock else _TRACKING
+    return tracking_of(conn.execute(statement, _scope(tenant_id, organization_id, execution_id)).first())
+
+
+def lock_and_read(
+    conn: Connection, tenant_id: str, organization_id: str, execution_id: str | int
+) -> tuple[Tracking, list[Event]] | None:
+    """Lock the tracking row and read the events after its position, in one statement; None when there
+    is no tracking row (nothing locked)."""
+    rows = conn.execute(_LOCK_AND_READ, _scope(tenant_id, organization_id, execution_id)).all()
+    if not rows:
+        return None
+    first = rows[0]
+    tracking = Tracking(
+        version=int(first.t_version),
+        position=int(first.t_position),
+        last_event_id=None if first.t_last_event_id is None else str(first.t_last_event_id),
+        registry_digest=first.t_digest,
+        reducer_version=int(first.t_reducer_version),
+        lag_ms=first.t_lag_ms,
+        projected_at=first.t_projected_at,
+    )
+    return tracking, [from_row(r._mapping) for r in rows if r.event_id is not None]
+
+
+def tracking_of(r: Any) -> Tracking | None:
+    """The tracking columns of a row (None when they are null: no tracking row)."""
+    if r is None or r.version is None:
+        return None
+    return Tracking(
+        version=int(r.version),
+        position=int(r.position),
+        last_event_id=None if r.last_event_id is None else str(r.last_event_id),
+        registry_digest=r.upcaster_registry_digest,
+        reducer_version=int(r.reducer_version),
+        lag_ms=r.lag_ms,
+        projected_at=r.projected_at,
+    )
+
+
+def rows_consistent(
     conn: Connection,
     tenant_id: str,
     organization_id: str,
     execution_id: str | int,
-    *,
-    upto: int,
-    registry_digest: str,
-    reducer_version: int,
-    limit: int = 3,
-) -> list[Snapshot]:
-    """The newest snapshots at or before ``upto`` folded with this digest and reducer version."""
-    params = {
-        **_scope(tenant_id, organization_id, execution_id),
-        "upto": upto,
-        "digest": registry_digest,
-        "version": reducer_version,
-        "limit": limit,
-    }
-    return [
-        Snapshot(
-            tenant_id=tenant_id,
-            organization_id=organization_id,
-            execution_id=str(r.execution_id),
-            position=int(r.position),
-            event_count=int(r.event_count),
-            last_event_id=None if r.last_event_id is None else str(r.last_event_id),
-            registry_digest=r.upcaster_registry_digest,
-            reducer_version=int(r.reducer_version),
-            checksum=r.checksum,
-            state=r.state,
-        )
-        for r in conn.execute(_SNAPSHOTS, params)
-    ]
+    tracking: Tracking,
+) -> bool:
+    """Every row kind present, none ahead of the tracking row, all folded with its digest and version
+    (read without the rows' state)."""
+    rows = conn.execute(_HEADERS, _scope(tenant_id, organization_id, execution_id)).all()
+    return {r.projection_type for r in rows} == set(KINDS) and all(
+        int(r.version) <= tracking.version and tracking.folded_with(r.upcaster_registry_digest, r.reducer_version)
+        for r in rows
+    )
 
 
-def save_snapshots(conn: Connection, items: Sequence[Snapshot]) -> None:
-    """Insert snapshots; one already stored for the same position, digest and version is kept."""
-    if not items:
-        return
-    rows = [
-        {
-            "tenant_id": s.tenant_id,
-            "organization_id": s.organization_id,
-            "execution_id": int(s.execution_id),
-            "aggregate_type": "replay_state",
-            "aggregate_id": s.aggregate_id,
-            "position": s.position,
-            "event_count": s.event_count,
-            "last_event_id": None if s.last_event_id is None else int(s.last_event_id),
-            "upcaster_registry_digest": s.registry_digest,
-            "reducer_version": s.reducer_version,
-            "checksum": s.checksum,
-            "state": s.state,
-        }
-        for s in items
-    ]
-    insert_rows(conn, projection_snapshot, rows, suffix="ON CONFLICT DO NOTHING")
+def load_state(
+    conn: Connection,
+    tenant_id: str,
+    organization_id: str,
+    execution_id: str | int,
+    tracking: Tracking,
+    kinds: Iterable[str],
+) -> ReplayState | None:
+    """The state with only the row kinds ``kinds`` loaded (the others left empty: the caller folds only
+    events that do not touch them); None when one of them is missing or was folded otherwise."""
+    wanted = sorted(set(kinds))
+    params = {**_scope(tenant_id, organization_id, execution_id), "kinds": wanted}
+    rows = {r.projection_type: r for r in conn.execute(_SURFACES, params)} if wanted else {}
+    if set(rows) != set(wanted) or not all(
+        int(r.version) <= tracking.version and tracking.folded_with(r.upcaster_registry_digest, r.reducer_version)
+        for r in rows.values()
+    ):
+        return None
+    return ReplayState.from_parts(
+        {name: rows[name].state for name in SURFACES if name in rows},
+        rows[LINEAGE].state if LINEAGE in rows else [],
+        event_count=tracking.version,
+        last_event_id=tracking.last_event_id,
+        last_position=tracking.position,
+    )
 
 
-class StoredProjection:
-    """The live projection rows of one execution, as the projector last wrote them."""
-
-    def __init__(self, rows: list[Any]) -> None:
-        self.rows = {r.projection_type: r for r in rows}
-
-    @property
-    def exists(self) -> bool:
-        return bool(self.rows)
-
-    def consistent(self, registry_digest: str, reducer_version: int) -> bool:
-        """Every kind present, all at one version, folded with this registry and reducer version."""
-        kinds = (*SURFACES, LINEAGE)
-        if set(self.rows) != set(kinds):
-            return False
-        first = self.rows[kinds[0]]
-        return all(
-            r.version == first.version
-            and r.position == first.position
-            and r.upcaster_registry_digest == registry_digest
-            and r.reducer_version == reducer_version
-            for r in self.rows.values()
-        )
-
-    def state(self) -> ReplayState:
-        first = self.rows[SURFACES[0]]
-        return ReplayState.from_parts(
-            {name: self.rows[name].state for name in SURFACES},
-            self.rows[LINEAGE].state,
-            event_count=int(first.version),
-            last_event_id=None if first.last_event_id is None else str(first.last_event_id),
-            last_position=int(first.position),
-        )
-
-    def checksums(self) -> dict[str, str]:
-        return {name: self.rows[name].checksum for name in SURFACES if name in self.rows}
-
-    def summary(self) -> dict[str, Any]:
-        if not self.rows:
-            return {"exists": False}
-        first = next(iter(self.rows.values()))
-        return {
-            "exists": True,
-            "version": int(first.version),
-            "position": int(first.position),
-            "last_event_id": None if first.last_event_id is None else str(first.last_event_id),
-            "lag_ms": first.lag_ms,
-            "projected_at": first.projected_at.isoformat(),
-        }
-
-
-def load_projection(
-    conn: Connection, tenant_id: str, organization_id: str, execution_id: str | int, *, lock: bool = False
-) -> StoredProjection:
-    statement = _PROJECTIONS if not lock else text(str(_PROJECTIONS) + " FOR UPDATE")
-    return StoredProjection(list(conn.execute(statement, _scope(tenant_id, organization_id, execution_id))))
+def live_checksums(conn: Connection, tenant_id: str, organization_id: str, execution_id: str | int) -> dict[str, str]:
+    """Each stored surface row's checksum (what ``verify`` compares with a fresh fold)."""
+    rows = conn.execute(_CHECKSUMS, _scope(tenant_id, organization_id, execution_id)).all()
+    return {r.projection_type: r.checksum for r in rows if r.projection_type in SURFACES}
 
 
 def save_projection(
@@ -229,9 +266,10 @@ def save_projection(
     watermark: datetime | None,
     lag_ms: int | None,
     projected_at: datetime,
+    kinds: Iterable[str] = KINDS,
 ) -> int:
-    """Upsert every projection row of the execution; a row already at a higher version is kept
-    (version-monotonic). The number of rows written."""
+    """Upsert the row kinds ``kinds`` of the execution's projection (by default all) and its tracking
+    row; a row already at a higher version is kept (version-monotonic). The number of rows written."""
     common = {
         "tenant_id": tenant_id,
         "organization_id": organization_id,
@@ -245,14 +283,20 @@ def save_projection(
         "lag_ms": lag_ms,
         "projected_at": projected_at,
     }
-    checksums = state.surface_checksums()
+    wanted = set(kinds)
+    surfaces = [name for name in SURFACES if name in wanted]
+    checksums = state.surface_checksums(surfaces)
     rows = [
-        {**common, "projection_type": name, "state": state.rows(name), "checksum": checksums[name]} for name in SURFACES
+        {**common, "projection_type": name, "state": state.rows(name), "checksum": checksums[name]} for name in surfaces
     ]
-    lineage = state.lineage()
-    rows.append({**common, "projection_type": LINEAGE, "state": lineage, "checksum": _lineage_checksum(lineage)})
-    result = insert_rows(conn, projection, rows, suffix=_UPSERT_SUFFIX)
-    return 0 if result is None else int(result.rowcount)
+    if LINEAGE in wanted:
+        lineage = state.lineage()
+        rows.append({**common, "projection_type": LINEAGE, "state": lineage, "checksum": _lineage_checksum(lineage)})
+    batch = InsertBatch()  # the surface rows and the tracking row in one statement
+    written = batch.insert(projection, rows, suffix=_UPSERT_SUFFIX)
+    batch.insert(projection_tracking, [common], suffix=_TRACKING_UPSERT_SUFFIX)
+    batch.execute(conn)
+    return len(written.returned)
 
 
 def _lineage_checksum(rows: list[dict[str, Any]]) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from noetl_cloud.replay.state import ReplayState, Row
+from noetl_cloud.replay.state import LINEAGE, ReplayState, Row
 from noetl_cloud.replay.upcasters import Event, UpcasterRegistry
 
 REDUCER_VERSION = 1
@@ -436,6 +436,50 @@ def _reference(state: ReplayState, event: Event, uri: Any, sha: Any, size: Any, 
             "media_type": media,
             "first_event_id": str(event["event_id"]),
         }
+
+
+# -- which surfaces an event can change (the projector loads and writes only those) ---------------
+
+_STEP_ENDED = ("execution", "stages", "loops")
+_COMMAND_ENDED = ("commands", "loops")
+_TOUCHES: dict[str, tuple[str, ...]] = {
+    "playbook.started": ("execution",),
+    "playbook.completed": ("execution",),
+    "playbook.failed": ("execution",),
+    "execution.cancelled": ("execution",),
+    "step.started": ("execution", "stages"),
+    "step.denied": ("execution",),
+    "step.done": _STEP_ENDED,
+    "loop.done": _STEP_ENDED,
+    "step.failed": _STEP_ENDED,
+    "next.selected": ("execution",),
+    "stage.opened": ("stages",),
+    "stage.closed": ("stages",),
+    "command.issued": _COMMAND_ENDED,
+    "command.claimed": ("commands",),
+    "command.started": ("commands",),
+    "command.completed": _COMMAND_ENDED,
+    "command.failed": _COMMAND_ENDED,
+    "task.started": ("commands",),
+    "task.done": ("commands",),
+    "ctx.patched": ("commands",),
+    **{f"frame.{kind}": ("frames",) for kind in ("created", "dispatched", "claimed", "started", "heartbeat")},
+    **{f"frame.{kind}": ("frames",) for kind in ("committed", "failed", "abandoned")},
+}
+
+
+def touches(event: Event) -> set[str]:
+    """The surfaces (and ``payload_refs``, the lineage) folding ``event`` (upcast already) may change.
+    Every reducer writes only within these; ``tests/unit/test_projector_touches.py`` holds them to it."""
+    kinds = set(_TOUCHES.get(event["event_type"], ()))
+    payload = event.get("payload") or {}
+    meta = event.get("meta") or {}
+    ref, inline = event.get("payload_ref"), payload.get("reference")
+    if (isinstance(ref, dict) and ref.get("uri")) or (isinstance(inline, dict) and inline.get("ref")):
+        kinds.add(LINEAGE)
+    if isinstance(payload.get("business_object") or meta.get("business_object"), dict):
+        kinds.add("business_objects")
+    return kinds
 
 
 _REDUCERS: dict[str, Reducer] = {

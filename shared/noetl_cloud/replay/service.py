@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 
 from noetl_cloud.errors import NotFound
 from noetl_cloud.replay import postgres as sql
+from noetl_cloud.replay import snapshot_store
 from noetl_cloud.replay.payloads import PayloadFetcher, summarize
 from noetl_cloud.replay.reducers import REDUCER_VERSION, fold
 from noetl_cloud.replay.snapshots import choose
@@ -59,7 +60,7 @@ class ReplayService:
             upto = self._position(conn, scope, cutoff, last)
             seed = None
             if use_snapshots:
-                candidates = sql.snapshots(
+                candidates = snapshot_store.snapshots(
                     conn, *scope, upto=upto, registry_digest=self.registry.digest, reducer_version=REDUCER_VERSION
                 )
                 seed = choose(
@@ -132,10 +133,10 @@ class ReplayService:
         )
         fresh = replayed.state.surface_checksums()
         with self.engine.connect() as conn:
-            live = sql.load_projection(conn, tenant_id, organization_id, execution_id)
-        live_checksums = live.checksums()
+            live_checksums = sql.live_checksums(conn, tenant_id, organization_id, execution_id)
+            tracking = sql.load_tracking(conn, tenant_id, organization_id, execution_id)
         drift = [name for name in SURFACES if live_checksums.get(name) != fresh[name]]
-        summary = live.summary()
+        summary = tracking.summary() if tracking is not None else {"exists": False}
         return {
             "tenant_id": tenant_id,
             "organization_id": organization_id,

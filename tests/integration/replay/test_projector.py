@@ -8,12 +8,15 @@ import random
 from typing import Any
 
 from flask.testing import FlaskClient
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from noetl_cloud.control.bootstrap import ControlPlane
+from noetl_cloud.projector import catchup
 from noetl_cloud.projector.bootstrap import ProjectorRole
+from noetl_cloud.replay import SURFACES
+from noetl_cloud.replay.service import Cutoff
 from tests.integration.control_fixtures import register
-from tests.integration.distributed_driver import Driver, golden_content
+from tests.integration.distributed_driver import ENDED, Driver, golden_content
 from tests.integration.replay_fixtures import API_HEADERS, PUSH_TOKEN, EventsTopic, chain_playbook, push_body
 
 SCOPE = {"tenant_id": "acme", "organization_id": "ops"}
@@ -62,6 +65,7 @@ def test_duplicated_and_shuffled_deliveries_converge_to_the_fold_of_the_log(
     for seed in (1, 2):
         with rplane.engine.begin() as conn:
             conn.execute(text("DELETE FROM projection"))
+            conn.execute(text("DELETE FROM projection_tracking"))
             conn.execute(text("DELETE FROM projection_snapshot"))
         deliveries = messages + random.Random(seed).sample(messages, len(messages) // 2)  # duplicates
         random.Random(seed * 7).shuffle(deliveries)  # and any order within (and across) executions
@@ -158,47 +162,247 @@ def test_a_projection_folded_with_another_registry_is_refolded_from_the_first_ev
     assert _verify(rclient, eid)["ok"]
 
 
-def _age_execution(plane: ControlPlane, eid: str, seconds: int) -> None:
-    with plane.engine.begin() as conn:
-        conn.execute(
-            text("UPDATE execution SET updated_at = now() - make_interval(secs => :s) WHERE execution_id = :e"),
-            {"s": seconds, "e": int(eid)},
+def _last_event(plane: ControlPlane, eid: str) -> int:
+    with plane.engine.connect() as conn:
+        return int(
+            conn.execute(
+                text("SELECT event_id FROM event WHERE execution_id = :e ORDER BY position DESC LIMIT 1"),
+                {"e": int(eid)},
+            ).scalar_one()
         )
 
 
-def test_catch_up_folds_the_executions_whose_deliveries_were_lost(
+def test_a_delivery_folds_its_batch_onto_the_surfaces_it_touches_and_a_duplicate_reads_no_projection_state(
+    rclient: FlaskClient, rplane: ControlPlane, projector_role: ProjectorRole
+) -> None:
+    register(rclient, chain_playbook("projector/live", 4))
+    driver = Driver(rclient, rplane.engine)
+    eid = driver.start("projector/live")
+    projector = projector_role.projector
+    results = [projector.handle(_last_event(rplane, eid))]  # the projector keeps up: one delivery per write
+    claim = driver.claim
+
+    def claim_and_deliver(command_id: str) -> Any:
+        answer = claim(command_id)
+        results.append(projector.handle(_last_event(rplane, eid)))  # the claim's write: command.claimed
+        return answer
+
+    driver.claim = claim_and_deliver  # type: ignore[method-assign]
+    while driver.status(eid)["status"] not in ENDED:
+        (command,) = driver.issued(eid)
+        driver.run_one(command)
+        results.append(projector.handle(_last_event(rplane, eid)))
+    assert [r.outcome for r in results] == ["applied"] * len(results)
+    assert results[0].surfaces == [*SURFACES, "payload_refs"]  # a first fold writes every row kind
+    claims, reports = results[1::2], results[2::2]
+    assert claims and all(r.surfaces == ["commands"] for r in claims)
+    turns = [set(r.surfaces or ()) for r in reports]
+    assert turns and all(kinds <= {"execution", "stages", "loops", "commands"} for kinds in turns)
+    assert sum(r.snapshots for r in reports) == 1  # a snapshot's batch loads every kind, writes those it changes
+    with rplane.engine.connect() as conn:
+        versions = dict(
+            conn.execute(
+                text("SELECT projection_type, version FROM projection WHERE execution_id = :e"), {"e": int(eid)}
+            ).all()
+        )
+        tracked = conn.execute(
+            text("SELECT version FROM projection_tracking WHERE execution_id = :e"), {"e": int(eid)}
+        ).scalar_one()
+    assert versions["frames"] == results[0].applied < versions["execution"] == tracked  # untouched rows kept
+    assert _verify(rclient, eid)["ok"]
+
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(" ".join(statement.split()))
+
+    engines = (projector_role.engine, projector_role.reader)
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", record)
+    try:
+        again = projector.handle(_last_event(rplane, eid))
+    finally:
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", record)
+    assert again.outcome == "duplicate" and again.position == results[-1].position
+    reads = [s for s in statements if s.upper().startswith("SELECT")]
+    assert len(statements) == len(reads) == 1, statements  # the event joined with its tracking row: nothing else
+    assert "FROM event e LEFT JOIN projection_tracking t" in reads[0] and "e.event_id =" in reads[0]
+    assert not [s for s in statements if "projection " in s or "projection_snapshot" in s or "lock" in s.lower()]
+
+
+def test_snapshots_are_pruned_to_the_newest_and_the_anchors_and_stored_compressed(
+    rclient: FlaskClient, rplane: ControlPlane, projector_role: ProjectorRole
+) -> None:
+    register(rclient, chain_playbook("projector/snapshots", 40))
+    driver = Driver(rclient, rplane.engine)
+    eid = driver.start("projector/snapshots")
+    projector = projector_role.projector
+    snapshots = 0
+    while driver.status(eid)["status"] not in ENDED:  # live: a delivery per write, snapshots as the count passes
+        (command,) = driver.issued(eid)
+        driver.run_one(command)
+        snapshots += projector.handle(_last_event(rplane, eid)).snapshots
+    with rplane.engine.connect() as conn:
+        kept = conn.execute(
+            text(
+                "SELECT event_count, state, octet_length(state_compressed) AS size FROM projection_snapshot "
+                "WHERE execution_id = :e ORDER BY position"
+            ),
+            {"e": int(eid)},
+        ).all()
+        raw = conn.execute(
+            text("SELECT sum(octet_length(state::text)) FROM projection WHERE execution_id = :e"), {"e": int(eid)}
+        ).scalar_one()
+    counts = [r.event_count for r in kept]
+    assert snapshots > 5 and len(kept) < snapshots  # written as the count passed each multiple, most pruned
+    newest = sorted({25 * k for k in range(1, snapshots + 1)})[-3:]
+    assert counts == sorted({*(c for c in range(100, newest[-1] + 1, 100)), *newest})
+    assert all(r.state is None for r in kept) and kept[-1].size < raw / 3  # compact: zlib, not JSONB
+    replay = rplane.replay
+    for position_of in counts:  # each kept snapshot seeds replay to the full fold's checksums
+        with rplane.engine.connect() as conn:
+            position = conn.execute(
+                text("SELECT position FROM projection_snapshot WHERE execution_id = :e AND event_count = :n"),
+                {"e": int(eid), "n": position_of},
+            ).scalar_one()
+        seeded = replay.replay("acme", "ops", eid, Cutoff(position=int(position)))
+        full = replay.replay("acme", "ops", eid, Cutoff(position=int(position)), use_snapshots=False)
+        assert seeded.seeded_from == position and seeded.state.checksum() == full.state.checksum()
+
+
+def test_catch_up_folds_only_the_lagging_executions_among_the_events_written_since_its_last_run(
     rclient: FlaskClient,
     rplane: ControlPlane,
     events_topic: EventsTopic,
     projector_client: FlaskClient,
+    projector_role: ProjectorRole,
 ) -> None:
     register(rclient, chain_playbook("projector/lost", 3))
     driver = Driver(rclient, rplane.engine, seed=5)
-
-    def events_of(*eids: str) -> int:
-        return sum(len(rclient.get(f"/api/executions/{eid}/events").get_json()["events"]) for eid in eids)
-
-    partly = driver.start("projector/lost")
-    first = [m for m in events_topic.pull(events_of(partly)) if json.loads(m.data)["execution_id"]]
-    assert _push(projector_client, first[0]).get_json()["outcome"] == "applied"  # folds its start
-    lost, busy = driver.start("projector/lost"), driver.start("projector/lost")
-    for eid in (partly, lost, busy):
+    projector = projector_role.projector
+    current, partly, lost = (driver.start("projector/lost") for _ in range(3))
+    assert projector.handle(_last_event(rplane, partly)).outcome == "applied"  # folds its start only
+    for eid in (current, partly, lost):
         driver.run_to_end(eid)
-    # No other delivery reaches the projector: the broker lost them. ``busy`` is still being written to.
-    for eid in (lost, partly):
-        _age_execution(rplane, eid, 60)  # quieter than NOETL_PROJECTOR_CATCHUP_SETTLE_S (30)
-    for eid in (lost, partly):
+    assert projector.project("acme", "ops", current).outcome == "applied"  # its deliveries all arrived
+    # No other delivery reaches the projector: the broker lost them.
+    for eid in (partly, lost):
         assert _verify(rclient, eid)["events_behind"] > 0
 
-    answer = projector_client.post("/api/internal/projector/catch-up", headers=API_HEADERS)
-    assert answer.status_code == 200, answer.get_json()
-    assert answer.get_json() == {"behind": 2, "applied": 2}
-    for eid in (lost, partly):
+    # The first run looks from the window's first execution up to what was stored before the settle time
+    # (nothing yet) and notes the tip; the next run looks at the range up to that tip once it settled.
+    assert projector.catch_up("acme", "ops", window_s=3600, settle_s=3600) == {"behind": 0, "applied": 0}
+    assert projector.catch_up("acme", "ops", window_s=3600, settle_s=0) == {"behind": 2, "applied": 2}
+    for eid in (partly, lost):
         report = _verify(rclient, eid)
         assert report["ok"] and report["events_behind"] == 0, report
-    assert _verify(rclient, busy)["events_behind"] > 0  # not settled yet: its deliveries may be on their way
-    assert projector_client.post("/api/internal/projector/catch-up", headers=API_HEADERS).get_json() == {
-        "behind": 0,
-        "applied": 0,
-    }
+
+    late = driver.start("projector/lost")  # written after that run noted the tip
+    driver.run_to_end(late)
+
+    def catch_up(age: bool = True) -> Any:
+        if age:  # as if the scheduler's period (more than the settle time) had passed
+            with rplane.engine.begin() as conn:
+                conn.execute(text("UPDATE projector_checkpoint SET pending_at = pending_at - interval '1 hour'"))
+        answer = projector_client.post("/api/internal/projector/catch-up", headers=API_HEADERS)
+        assert answer.status_code == 200, answer.get_json()
+        return answer.get_json()
+
+    assert catch_up(age=False) == {"behind": 0, "applied": 0}  # the range due is not settled yet
+    assert catch_up() == {"behind": 0, "applied": 0}  # the range due ends before ``late``: nothing lags in it
+    with rplane.engine.begin() as conn:  # what the next run visits: the events since the checkpoint, by index
+        checkpoint = conn.execute(text("SELECT checked_position, pending_position FROM projector_checkpoint")).one()
+        conn.execute(text("SET LOCAL enable_seqscan = off"))  # a table this small would be read whole anyway
+        plan = conn.execute(
+            text("EXPLAIN (ANALYZE, FORMAT JSON) " + str(catchup.LAGGING)),
+            {"t": "acme", "o": "ops", "lo": checkpoint[0], "hi": checkpoint[1], "limit": 200},
+        ).scalar_one()
+        in_range = conn.execute(
+            text("SELECT count(*) FROM event WHERE position > :lo AND position <= :hi"),
+            {"lo": checkpoint[0], "hi": checkpoint[1]},
+        ).scalar_one()
+        total = conn.execute(text("SELECT count(*) FROM event")).scalar_one()
+    assert _rows_visited(plan, "event") == in_range < total  # nothing before the checkpoint is read
+    assert catch_up() == {"behind": 1, "applied": 1}
+    assert _verify(rclient, late)["ok"]
+    assert catch_up() == {"behind": 0, "applied": 0}
     assert projector_client.post("/api/internal/projector/catch-up").status_code == 401
+
+
+def _rows_visited(plan: Any, table: str) -> int:
+    """The rows the plan's scans of ``table`` read: returned plus removed by a filter (EXPLAIN ANALYZE)."""
+    document = plan if isinstance(plan, list) else json.loads(plan)
+    total = 0
+
+    def walk(node: dict[str, Any]) -> None:
+        nonlocal total
+        if node.get("Relation Name") == table:
+            rows = int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
+            total += rows * int(node.get("Actual Loops", 1))
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(document[0]["Plan"])
+    return total
+
+
+def test_concurrent_deliveries_of_one_execution_fold_each_event_exactly_once(
+    rclient: FlaskClient, rplane: ControlPlane, projector_role: ProjectorRole
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    register(rclient, chain_playbook("projector/concurrent", 6))
+    driver = Driver(rclient, rplane.engine, seed=3)
+    eid = driver.start("projector/concurrent")
+    projector = projector_role.projector
+    with ThreadPoolExecutor(4) as pool:  # four instances taking deliveries while the execution is written
+        pending = [pool.submit(projector.handle, _last_event(rplane, eid)) for _ in range(4)]
+        while driver.status(eid)["status"] not in ENDED:
+            (command,) = driver.issued(eid)
+            driver.run_one(command)
+            pending += [pool.submit(projector.handle, _last_event(rplane, eid)) for _ in range(3)]
+        results = [f.result() for f in pending]
+    with rplane.engine.connect() as conn:
+        total = conn.execute(text("SELECT count(*) FROM event WHERE execution_id = :e"), {"e": int(eid)}).scalar_one()
+    assert {r.outcome for r in results} == {"applied", "duplicate"}
+    assert sum(r.applied for r in results) == total  # no event folded twice, none missed
+    assert not any(r.refolded for r in results)
+    report = _verify(rclient, eid)
+    assert report["ok"] and report["events_behind"] == 0, report
+
+
+def test_a_fold_at_the_tip_takes_the_surfaces_this_instance_committed_and_loads_them_otherwise(
+    rclient: FlaskClient, rplane: ControlPlane, projector_role: ProjectorRole
+) -> None:
+    from noetl_cloud.projector.service import Projector
+
+    register(rclient, chain_playbook("projector/cache", 3))
+    driver = Driver(rclient, rplane.engine)
+    eid = driver.start("projector/cache")
+    cached = projector_role.projector
+    uncached = Projector(projector_role.engine, projector_role.registry, cache_rows=0)
+    assert cached.handle(_last_event(rplane, eid)).outcome == "applied"
+    loads: dict[str, int] = {}
+    who = ""
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "SELECT projection_type, version, state" in statement:
+            loads[who] = loads.get(who, 0) + 1
+
+    event.listen(projector_role.engine, "before_cursor_execute", record)
+    try:
+        for name, projector in (("cached", cached), ("uncached", uncached), ("cached again", cached)):
+            who = name
+            (command,) = driver.issued(eid)
+            driver.run_one(command)  # a claim and a report: two writes, one batch
+            assert projector.handle(_last_event(rplane, eid)).outcome == "applied"
+    finally:
+        event.remove(projector_role.engine, "before_cursor_execute", record)
+    # The cached instance folded the last write itself: no load. The other one loads; after it folded,
+    # the first one's surfaces are at an older version than the tracking row: it loads too.
+    assert loads == {"uncached": 1, "cached again": 1}
+    assert (cached.cache.hits, cached.cache.misses) == (1, 1)
+    assert driver.status(eid)["status"] == "completed"
+    report = _verify(rclient, eid)  # the rows the cached folds wrote are the fold of the log
+    assert report["ok"] and report["events_behind"] == 0, report

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask.testing import FlaskClient
+from sqlalchemy import text
 
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.envelope import EventEnvelope
@@ -58,12 +59,24 @@ def test_time_travel_at_ten_cutoffs_equals_the_fold_of_the_events_up_to_each_and
         assert answer["state"]["commands"] == expected.rows("commands")
         assert answer["seeded_from_snapshot_position"] is None  # no snapshot written yet
         full[cut] = answer
-    # The projector writes a snapshot every 25 events; replay then seeds from the newest one before each cutoff.
+    # The projector writes a snapshot every 25 events and keeps the newest 3 plus the anchors (every 100
+    # events); replay then seeds from the newest one kept at or before each cutoff.
     assert projector_role.projector.project("acme", "ops", eid).applied == len(events)
+    with rplane.engine.connect() as conn:
+        kept = conn.execute(
+            text(
+                "SELECT position, event_count, state IS NULL AND state_compressed IS NOT NULL AS compact "
+                "FROM projection_snapshot WHERE execution_id = :e ORDER BY position"
+            ),
+            {"e": int(eid)},
+        ).all()
+    last = len(events) // 25 * 25
+    expected_counts = sorted({*range(100, last + 1, 100), last - 50, last - 25, last})
+    assert [r.event_count for r in kept] == expected_counts and all(r.compact for r in kept)
     for cut, answer in full.items():
         seeded = _state(rclient, eid, as_of_event_id=events[cut - 1].event_id).get_json()
-        assert seeded["seeded_from_snapshot_position"] is not None
-        assert seeded["seeded_from_snapshot_position"] <= seeded["cutoff_position"]
+        below = [r.position for r in kept if r.position <= seeded["cutoff_position"]]
+        assert seeded["seeded_from_snapshot_position"] == (below[-1] if below else None)
         assert (seeded["checksum"], seeded["projection_checksums"]) == (
             answer["checksum"],
             answer["projection_checksums"],
@@ -75,8 +88,6 @@ def test_time_travel_at_ten_cutoffs_equals_the_fold_of_the_events_up_to_each_and
 
 
 def _position(plane: ControlPlane, event: EventEnvelope) -> int:
-    from sqlalchemy import text
-
     with plane.engine.connect() as conn:
         return int(
             conn.execute(
