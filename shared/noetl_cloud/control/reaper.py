@@ -188,7 +188,7 @@ class Reaper:
 
 
 # Reads ``ix_command_issued_stale`` (tenant, organization, updated_at WHERE status = 'issued', migration
-# 0008): the stale issued commands oldest first, none of the ended ones (tests/integration/test_reaper_index.py).
+# 0009): the stale issued commands oldest first, none of the ended ones (tests/integration/test_reaper_index.py).
 _RENOTIFY = text(
     "WITH stale AS ("
     "  SELECT c.command_id FROM command c WHERE c.status = 'issued' AND c.tenant_id = :t AND c.organization_id = :o"

@@ -208,7 +208,7 @@ command = Table(
         "command_id",
         postgresql_where=text("status = 'issued'"),
     ),
-    # The reaper's re-notify: commands still issued, oldest ``updated_at`` first (migration 0008).
+    # The reaper's re-notify: commands still issued, oldest ``updated_at`` first (migration 0009).
     Index(
         "ix_command_issued_stale",
         "tenant_id",
@@ -323,7 +323,7 @@ projection_snapshot = Table(
     Column("upcaster_registry_digest", Text, nullable=False),
     Column("reducer_version", Integer, nullable=False),
     Column("checksum", Text, nullable=False),
-    Column("state", JSONB, nullable=True),  # rows written before migration 0008
+    Column("state", JSONB, nullable=True),  # rows written before migration 0009
     Column("state_compressed", LargeBinary, nullable=True),  # zlib of the state's canonical JSON
     _now(),
     CheckConstraint("state IS NOT NULL OR state_compressed IS NOT NULL", name="state_present"),
@@ -338,7 +338,7 @@ projection_snapshot = Table(
     ),
 )
 
-# The projector's tracking row of one execution (migration 0008): the position of the last event folded,
+# The projector's tracking row of one execution (migration 0009): the position of the last event folded,
 # how many were folded (``version``) and with what. A delivery's duplicate check reads only this row.
 projection_tracking = Table(
     "projection_tracking",

@@ -1,7 +1,7 @@
 """The SQL of replay-state snapshots: read, write compactly, prune to the few replay needs.
 
 A snapshot's state is stored as zlib-compressed canonical JSON (``state_compressed``); rows written
-before migration 0008 keep their JSONB ``state`` and are read as they are. After writing, the
+before migration 0009 keep their JSONB ``state`` and are read as they are. After writing, the
 projector prunes an execution's snapshots to the newest ``keep`` of its registry digest and reducer
 version, plus the *anchors* — those whose event count is a multiple of ``anchor_every`` — so time
 travel far back still starts near its cutoff. Snapshots of another digest or reducer version can

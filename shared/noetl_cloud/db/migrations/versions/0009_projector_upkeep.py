@@ -10,8 +10,8 @@
 * ``ix_command_issued_stale``: the reaper's re-notify reads the commands still ``issued`` in
   ``updated_at`` order through this partial index, not the whole command table.
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-11-25
 """
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
