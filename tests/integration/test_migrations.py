@@ -97,8 +97,8 @@ def test_0008_moves_the_rows_into_the_partitioned_tables_and_the_keys_into_event
             positions = conn.execute(text("SELECT position FROM event ORDER BY position")).scalars().all()
             conn.execute(
                 text(
-                    f"INSERT INTO event ({columns}) VALUES (3, 't', 'o', 7, 's', 3, 'a', 'x', 'e', 'e', 1, now(), now(), "
-                    "'p', NULL, 'c')"
+                    f"INSERT INTO event ({columns}) VALUES (3, 't', 'o', 7, 's', 3, 'a', 'x', 'e', 'e', 1, "
+                    "now(), now(), 'p', NULL, 'c')"
                 )
             )
             after = conn.execute(text("SELECT position FROM event WHERE event_id = 3")).scalar_one()
