@@ -208,13 +208,13 @@ class RetentionService:
                 return False
             ref = store.store(archive.encode(loose), archive.MEDIA_TYPE)
             log.info("partition %s: %d events of no live execution archived at %s", name, len(loose), ref.uri)
-        if partition.lower != "MINVALUE":
-            conn.execute(
-                text("DELETE FROM event_key WHERE event_id >= :lo AND event_id < :hi"),
-                {"lo": int(partition.lower), "hi": int(partition.upper)},
+        conn.execute(
+            text(
+                f'DELETE FROM event_key k USING "{name}" e '
+                "WHERE e.idempotency_key IS NOT NULL AND k.idempotency_key = e.idempotency_key "
+                "AND k.event_id = e.event_id"
             )
-        else:
-            conn.execute(text("DELETE FROM event_key WHERE event_id < :hi"), {"hi": int(partition.upper)})
+        )
         partitions.drop(conn, partition)
         return True
 

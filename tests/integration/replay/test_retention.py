@@ -79,6 +79,7 @@ def test_an_archived_execution_replays_from_its_archive_to_the_same_checksums(
     today = partitions.daily_name("event", utc_now())
     assert today in result["partitions_dropped"]  # nothing live was left in it
     assert _rows_of(rplane, eid) == dict.fromkeys(_rows_of(rplane, eid), 0)  # every row of it is gone
+    assert _count(rplane, "SELECT count(*) FROM event_key") == 0  # the keys left with their partitions
     archived = _state(rclient, eid)
     assert archived["projection_checksums"] == live["projection_checksums"]
     assert archived["checksum"] == live["checksum"]

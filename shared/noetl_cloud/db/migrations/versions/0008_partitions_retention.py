@@ -190,7 +190,6 @@ def upgrade() -> None:
         sa.Column("event_id", sa.BigInteger, nullable=False),
         sa.PrimaryKeyConstraint("idempotency_key", name="pk_event_key"),
     )
-    op.create_index("ix_event_key_event_id", "event_key", ["event_id"])
 
     _copy("event", "event_unpartitioned", _EVENT_COLUMNS)
     op.execute(
