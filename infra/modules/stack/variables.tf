@@ -176,13 +176,15 @@ variable "vpc_access" {
 }
 
 variable "buckets" {
-  description = "Spool, payload and build-source buckets: dead-letter retention of the spool, optional payload expiry, days the uploaded build sources are kept, optional CMEK, force_destroy for throwaway environments."
+  description = "Spool, payload, archive and build-source buckets: dead-letter retention of the spool, payload expiry (the TTL safety net of payload retention; longer than every retention policy), archive expiry and its move to Coldline, days the uploaded build sources are kept, optional CMEK, force_destroy for throwaway environments."
   type = object({
-    spool_dead_letter_days   = optional(number, 30)
-    payload_delete_days      = optional(number)
-    build_source_delete_days = optional(number, 30)
-    kms_key_name             = optional(string)
-    force_destroy            = optional(bool, false)
+    spool_dead_letter_days      = optional(number, 30)
+    payload_delete_days         = optional(number, 400)
+    archive_delete_days         = optional(number, 730)
+    archive_coldline_after_days = optional(number, 30)
+    build_source_delete_days    = optional(number, 30)
+    kms_key_name                = optional(string)
+    force_destroy               = optional(bool, false)
   })
   default = {}
 }
@@ -245,10 +247,11 @@ variable "scheduled_subscriptions" {
 }
 
 variable "maintenance_schedules" {
-  description = "Cron schedules of the built-in jobs: outbox sweep and command reaper (execute), frame lease reaper (frames), projector catch-up, spool drainer."
+  description = "Cron schedules of the built-in jobs: outbox sweep, command reaper and retention (execute), frame lease reaper (frames), projector catch-up, spool drainer."
   type = object({
     outbox_sweep       = optional(string, "* * * * *")
     command_reaper     = optional(string, "* * * * *")
+    retention          = optional(string, "23 3 * * *")
     frame_reaper       = optional(string, "* * * * *")
     projector_catch_up = optional(string, "*/5 * * * *")
     drainer            = optional(string, "*/5 * * * *")
