@@ -183,8 +183,9 @@ class RetentionService:
 
     def _retire_events(self, conn: Connection, partition: partitions.Partition) -> bool:
         name = partition.name
-        # Locks the partition against writers for the check and the drop (no append targets a past day).
-        conn.execute(text(f'LOCK TABLE "{name}" IN ACCESS EXCLUSIVE MODE'))
+        # Writers wait for the check and the drop (a late event of a past day could land here); readers
+        # do not, until DROP takes its brief exclusive lock.
+        conn.execute(text(f'LOCK TABLE "{name}" IN SHARE MODE'))
         live = conn.execute(
             text(f'SELECT 1 FROM "{name}" e JOIN execution x ON x.execution_id = e.execution_id LIMIT 1')
         ).first()
@@ -221,7 +222,7 @@ class RetentionService:
     @staticmethod
     def _retire_outbox(conn: Connection, partition: partitions.Partition) -> bool:
         name = partition.name
-        conn.execute(text(f'LOCK TABLE "{name}" IN ACCESS EXCLUSIVE MODE'))
+        conn.execute(text(f'LOCK TABLE "{name}" IN SHARE MODE'))
         pending = conn.execute(
             text(f"SELECT 1 FROM \"{name}\" WHERE status IN ('pending', 'in_flight') LIMIT 1")
         ).first()
