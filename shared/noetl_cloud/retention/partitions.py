@@ -40,6 +40,7 @@ class Partition:
     table: str  # the parent: ``event`` or ``outbox``
     name: str
     ends: datetime | None  # the end of the time it covers; None for the DEFAULT partition
+    starts: datetime | None  # its start; None for MINVALUE and the DEFAULT partition
     lower: str  # its bounds as PostgreSQL prints them (MINVALUE, an id, a quoted timestamp)
     upper: str
 
@@ -58,12 +59,17 @@ def partitions(conn: Connection, table: str) -> list[Partition]:
     for name, bound in rows:
         match = _BOUND.match(bound)
         if match is None:
-            found.append(Partition(table, name, None, "", ""))
+            found.append(Partition(table, name, None, None, "", ""))
             continue
         lower, upper = match.group(1).strip("'"), match.group(2).strip("'")  # PostgreSQL quotes even numbers
-        ends = id_time(int(upper)) if table == "event" else datetime.fromisoformat(upper)
-        found.append(Partition(table, name, ends.astimezone(UTC), lower, upper))
+        ends, starts = _time(table, upper), None if lower == "MINVALUE" else _time(table, lower)
+        found.append(Partition(table, name, ends, starts, lower, upper))
     return sorted(found, key=lambda p: (p.ends is None, p.ends or datetime.max.replace(tzinfo=UTC)))
+
+
+def _time(table: str, bound: str) -> datetime:
+    at = id_time(int(bound)) if table == "event" else datetime.fromisoformat(bound)
+    return at.astimezone(UTC)
 
 
 def _bounds(table: str, day: datetime) -> tuple[str, str, str]:
@@ -83,16 +89,14 @@ def ensure_ahead(conn: Connection, days_ahead: int, now: datetime) -> list[str]:
     attached (attaching checks that the DEFAULT partition holds none of its range).
     """
     today = day_start(now)
-    existing = {p.name for table in TABLES for p in partitions(conn, table)}
-    highest = {table: max((p.ends for p in partitions(conn, table) if p.ends), default=None) for table in TABLES}
+    listed = {table: partitions(conn, table) for table in TABLES}
     created = []
     for n in range(days_ahead + 1):
         day = today + timedelta(days=n)
         for table in TABLES:
             name = f"{table}_p{day:%Y%m%d}"
-            top = highest[table]
-            if name in existing or (top is not None and top > day):
-                continue  # exists, or a wider partition (the history one) already covers the day
+            if any(_covers(p, day) for p in listed[table]):
+                continue  # exists, or a wider partition (the history one) covers the day
             lo, hi, rows_of_day = _bounds(table, day)
             conn.execute(text(f'CREATE TABLE "{name}" (LIKE "{table}" INCLUDING DEFAULTS INCLUDING CONSTRAINTS)'))
             conn.execute(
@@ -104,6 +108,12 @@ def ensure_ahead(conn: Connection, days_ahead: int, now: datetime) -> list[str]:
             conn.execute(text(f'ALTER TABLE "{table}" ATTACH PARTITION "{name}" FOR VALUES FROM ({lo}) TO ({hi})'))
             created.append(name)
     return created
+
+
+def _covers(partition: Partition, day: datetime) -> bool:
+    if partition.ends is None:
+        return False  # the DEFAULT partition
+    return (partition.starts is None or partition.starts <= day) and day < partition.ends
 
 
 def drop(conn: Connection, partition: Partition) -> None:

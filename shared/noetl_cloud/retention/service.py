@@ -77,6 +77,9 @@ _REMOVE = tuple(
         "DELETE FROM projection WHERE execution_id = :e",
         "DELETE FROM projection_snapshot WHERE execution_id = :e",
         "DELETE FROM subscription_dedup WHERE execution_id = :e",
+        # The heads of its streams: nothing appends to a removed execution (its events stay until their
+        # partition is dropped, so their stream ids are still known here).
+        "DELETE FROM stream WHERE stream_id IN (SELECT DISTINCT stream_id FROM event WHERE execution_id = :e)",
         "DELETE FROM execution WHERE execution_id = :e",
     )
 )

@@ -80,6 +80,7 @@ def test_an_archived_execution_replays_from_its_archive_to_the_same_checksums(
     assert today in result["partitions_dropped"]  # nothing live was left in it
     assert _rows_of(rplane, eid) == dict.fromkeys(_rows_of(rplane, eid), 0)  # every row of it is gone
     assert _count(rplane, "SELECT count(*) FROM event_key") == 0  # the keys left with their partitions
+    assert _count(rplane, "SELECT count(*) FROM stream WHERE stream_id = :s", s=f"execution/{eid}") == 0
     archived = _state(rclient, eid)
     assert archived["projection_checksums"] == live["projection_checksums"]
     assert archived["checksum"] == live["checksum"]
@@ -161,3 +162,7 @@ def test_partitions_are_kept_ahead_and_a_row_in_the_default_partition_moves_to_i
     assert _count(rplane, "SELECT count(*) FROM outbox_default") == 0
     with rplane.engine.begin() as conn:
         assert partitions.ensure_ahead(conn, 2, ahead) == []  # idempotent
+        # Partitions far ahead do not stand for the days before them: today's is made again once dropped.
+        today = partitions.daily_name("event", utc_now())
+        conn.execute(text(f'DROP TABLE IF EXISTS "{today}"'))
+        assert today in partitions.ensure_ahead(conn, 0, utc_now())
