@@ -77,8 +77,10 @@ event = Table(
     # hands out ``(stream_id, stream_version)`` and the identity ``position``, ``event_key`` guards
     # the idempotency keys (migration 0008, docs/retention.md).
     Index(None, "position"),
-    Index(None, "stream_id", "stream_version"),
-    Index(None, "execution_id", "event_id"),
+    # Executions' events are read by execution (replay, the executions API, catch-up): one narrow index
+    # serves them all; streams by id only those of no execution (catalog, subscriptions).
+    Index(None, "stream_id", "stream_version", postgresql_where=text("execution_id IS NULL")),
+    Index(None, "execution_id", "position"),
     postgresql_partition_by="RANGE (event_id)",
 )
 
@@ -347,14 +349,6 @@ projection_snapshot = Table(
     Index(None, "execution_id"),
 )
 
-# Replay reads one tenant's execution in store order.
-Index(
-    "ix_event_tenant_id_organization_id_execution_id_position",
-    event.c.tenant_id,
-    event.c.organization_id,
-    event.c.execution_id,
-    event.c.position,
-)
 
 # Stages and frames (distributed-runtime spec §5.1, docs/frames.md): a stage is one loop step run whose
 # work is cut into frames; a frame is a worker-claimable window of that work with a lease. Frames are

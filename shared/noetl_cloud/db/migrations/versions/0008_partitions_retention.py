@@ -161,13 +161,16 @@ def upgrade() -> None:
         postgresql_partition_by="RANGE (event_id)",
     )
     op.create_index("ix_event_position", "event", ["position"])
-    op.create_index("ix_event_stream_id_stream_version", "event", ["stream_id", "stream_version"])
-    op.create_index("ix_event_execution_id_event_id", "event", ["execution_id", "event_id"])
+    # Narrower than before (measured by bench/scale.py: about 5 kB less per 3-step execution): reads by
+    # execution go through (execution_id, position) whatever else they filter on (an execution has one
+    # tenant); streams are read by id only for the streams of no execution.
     op.create_index(
-        "ix_event_tenant_id_organization_id_execution_id_position",
+        "ix_event_stream_id_stream_version",
         "event",
-        ["tenant_id", "organization_id", "execution_id", "position"],
+        ["stream_id", "stream_version"],
+        postgresql_where=sa.text("execution_id IS NULL"),
     )
+    op.create_index("ix_event_execution_id_position", "event", ["execution_id", "position"])
     op.create_table(
         "outbox",
         *_outbox_columns(),
@@ -256,8 +259,7 @@ def downgrade() -> None:
     for index in (
         "ix_event_position",
         "ix_event_stream_id_stream_version",
-        "ix_event_execution_id_event_id",
-        "ix_event_tenant_id_organization_id_execution_id_position",
+        "ix_event_execution_id_position",
         "ix_outbox_event_id_topic",
         "ix_outbox_claimable",
     ):
