@@ -14,7 +14,8 @@ the projector. In order:
 2. Start throughput (best of two runs of ``--starts`` single ``POST /api/execute`` from 8 threads, into a pool no worker
    serves, so nothing else runs) on the empty database, after seeding to ``--executions / 3`` and after
    seeding to ``--executions``. Seeding clones the template's rows (execution, stream, events, commands,
-   projections) with new snowflake ids in bulk ``INSERT ... SELECT ... generate_series`` statements.
+   projections) with new snowflake ids in bulk ``INSERT ... SELECT ... generate_series`` statements,
+   then ``VACUUM ANALYZE`` and a checkpoint (a table in service grows gradually, autovacuum keeping up).
 3. A burst of ``--burst`` 3-step executions through the worker; events written per second by the
    burst against events folded per second by the projector role over the same window (sum over the
    burst's executions of the highest projection version: the events folded into them).
@@ -303,8 +304,19 @@ def seed(engine: Engine, template: str, first: int, count: int, chunk: int = 20_
                         f"generate_series({start}, {stop}) g"
                     )
                 )
+    settle(engine)
+
+
+def settle(engine: Engine) -> None:
+    """Let the database finish what a bulk load leaves it (vacuum and analyze of the grown tables, the
+    checkpoint), so that work does not land inside the next measurement: tables in service grow
+    gradually, with autovacuum keeping up."""
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("ANALYZE"))
+        conn.execute(text("VACUUM ANALYZE"))
+        try:
+            conn.execute(text("CHECKPOINT"))
+        except Exception as exc:  # noqa: BLE001 - needs pg_checkpoint; a figure, not a failure
+            print(f"  note: no CHECKPOINT ({type(exc).__name__})")
 
 
 # -- 3. projector fold rate against the write rate of a burst -------------------------------------
@@ -409,9 +421,9 @@ def main() -> None:
         api.register(PLAYBOOK)
         size = bytes_per_execution(api, engine, settings, args.sample)
         print(f"progress: bytes per execution {size['total']:.0f} before retention", flush=True)
-        start_rate(
-            api, engine, max(50, args.starts // 5), repeats=1
-        )  # warm: connections, prepared statements, the catalog cache
+        settle(engine)
+        # Warm: connections, prepared statements, the catalog cache.
+        start_rate(api, engine, max(50, args.starts // 5), repeats=1)
         rates = {0: start_rate(api, engine, args.starts)}
         mid = args.executions // 3
         seeded = 0
