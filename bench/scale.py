@@ -475,7 +475,7 @@ def main() -> None:
     print(
         f"burst of {args.burst} 3-step executions: {fold['written']} events written in {fold['window_s']:.1f} s "
         f"({fold['written_per_s']:.0f}/s); the projector folded {fold['folded']} events over that window "
-        f"({fold['folded_per_s']:.0f}/s, of any execution); the burst's were all folded {fold['catch_up_s']:.1f} s after"
+        f"({fold['folded_per_s']:.0f}/s, of any execution); the burst's all folded {fold['catch_up_s']:.1f} s after"
     )
     for n, r in loop_results.items():
         print(
