@@ -487,6 +487,8 @@ def main() -> None:
         print(f"(start_300k below is measured at {args.executions} executions: --executions)")
     print(f"ratio start_300k: {rates[args.executions] / rates[0]:.2f}")
     print(f"ratio projector_fold_to_write: {fold['folded_per_s'] / fold['written_per_s']:.2f}")
+    if not loop_results:
+        print("(no loop was run, --loops is empty: loop_last_to_first below is 0)")
     print(f"ratio loop_last_to_first: {largest['ratio']:.2f}")
     print(f"bytes per execution: {round(size['total'])}")
 
