@@ -51,17 +51,15 @@ import urllib3
 from sqlalchemy import Engine, create_engine, text
 
 from distributed import PLAYBOOK, PROJECT, pubsub, push_subscription, start_role
-from execute import admin
-from noetl_cloud.db.engine import create_db_engine, normalize_url
-from noetl_cloud.db.migrate import upgrade
+from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.envelope import utc_now
 from noetl_cloud.local.process import stop_group, wait_until
 from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.retention.partitions import ensure_ahead, first_id
 from noetl_cloud.retention.service import RetentionService
 from noetl_cloud.settings import Settings
+from scale_db import CLONED, TABLES, fresh_database, scalar, seed, settle, table_bytes
 
-DB = "bench_scale"
 TOKEN = secrets.token_hex(16)
 IDLE_POOL = "scale-idle"  # a pool with a topic and no worker: started executions stay issued
 LOOP = """\
@@ -76,62 +74,6 @@ workflow:
       iterator: i
     tool: {{kind: noop, result: "{{{{ iter.i }}}}"}}
 """
-TABLES = (
-    "event",
-    "event_key",
-    "outbox",
-    "stream",
-    "execution",
-    "command",
-    "loop_run",
-    "projection",
-    "projection_snapshot",
-    "stage",
-    "frame",
-)
-# (table, id column the clone renumbers or None, columns rewritten with the new execution id)
-CLONED = (
-    ("execution", "execution_id", ()),
-    ("stream", None, ("stream_id",)),
-    ("event", "event_id", ("stream_id", "aggregate_id", "idempotency_key")),
-    ("command", "command_id", ()),
-    ("projection", None, ()),
-)
-
-
-def fresh_database(base_url: str) -> str:
-    conn = admin(base_url)
-    conn.cursor().execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-    conn.cursor().execute(f'CREATE DATABASE "{DB}"')
-    conn.close()
-    url = base_url.rsplit("/", 1)[0] + "/" + DB
-    engine = create_db_engine(Settings(database_url=url), pool_size=1)
-    upgrade(engine)
-    engine.dispose()
-    return url
-
-
-def table_bytes(engine: Engine) -> dict[str, int]:
-    """On-disk bytes of each table with its partitions, indexes and TOAST."""
-    sizes = {}
-    with engine.connect() as conn:
-        for table in TABLES:
-            sizes[table] = int(
-                conn.execute(
-                    text(
-                        "SELECT pg_total_relation_size(CAST(:t AS regclass)) + coalesce((SELECT "
-                        "sum(pg_total_relation_size(inhrelid)) FROM pg_inherits "
-                        "WHERE inhparent = CAST(:t AS regclass)), 0)"
-                    ),
-                    {"t": table},
-                ).scalar_one()
-            )
-    return sizes
-
-
-def scalar(engine: Engine, sql: str, **params: Any) -> Any:
-    with engine.connect() as conn:
-        return conn.execute(text(sql), params).scalar_one()
 
 
 class Api:
@@ -245,79 +187,6 @@ def start_rate(api: Api, engine: Engine, n: int, repeats: int = 2) -> float:
             list(pool.map(lambda _i: api.start("bench/three", IDLE_POOL), range(n)))
         best = max(best, n / (time.perf_counter() - begin))
     return best
-
-
-def seed(engine: Engine, template: str, first: int, count: int, chunk: int = 20_000) -> None:
-    """Clone the template execution's rows ``count`` times (executions ``first .. first+count-1``)."""
-    now = utc_now()
-    bases = {
-        "execution": first_id(now - timedelta(minutes=50)),
-        "event": first_id(now - timedelta(minutes=60)),
-        "command": first_id(now - timedelta(minutes=40)),
-    }
-    with engine.connect() as conn:
-        columns = {
-            table: [
-                r[0]
-                for r in conn.execute(
-                    text(
-                        "SELECT column_name FROM information_schema.columns WHERE table_name = :t "
-                        "AND is_identity = 'NO' ORDER BY ordinal_position"
-                    ),
-                    {"t": table},
-                )
-            ]
-            for table, _id, _cols in CLONED
-        }
-        sizes = {
-            table: int(conn.execute(text(f"SELECT count(*) FROM tpl_{table}")).scalar_one()) for table, *_ in CLONED
-        }
-    for start in range(first, first + count, chunk):
-        stop = min(first + count, start + chunk) - 1
-        with engine.begin() as conn:
-            for table, id_column, rewritten in CLONED:
-                values = []
-                for column in columns[table]:
-                    if column == "execution_id":
-                        values.append(f"{bases['execution']} + g")
-                    elif column == id_column:
-                        values.append(f"{bases[table]} + g * {sizes[table]} + t.rn")
-                    elif column in rewritten:
-                        values.append(f"replace(t.{column}, '{template}', ({bases['execution']} + g)::text)")
-                    else:
-                        values.append(f"t.{column}")
-                order = f"ORDER BY {id_column}" if id_column else ""
-                if table == "event":  # its idempotency keys, as an append writes them
-                    conn.execute(
-                        text(
-                            f"INSERT INTO event_key (idempotency_key, event_id) SELECT "
-                            f"replace(t.idempotency_key, '{template}', ({bases['execution']} + g)::text), "
-                            f"{bases['event']} + g * {sizes['event']} + t.rn "
-                            "FROM (SELECT *, row_number() OVER (ORDER BY event_id) - 1 AS rn FROM tpl_event) t, "
-                            f"generate_series({start}, {stop}) g WHERE t.idempotency_key IS NOT NULL "
-                            "ON CONFLICT DO NOTHING"
-                        )
-                    )
-                conn.execute(
-                    text(
-                        f"INSERT INTO {table} ({', '.join(columns[table])}) SELECT {', '.join(values)} "
-                        f"FROM (SELECT *, row_number() OVER ({order}) - 1 AS rn FROM tpl_{table}) t, "
-                        f"generate_series({start}, {stop}) g"
-                    )
-                )
-    settle(engine)
-
-
-def settle(engine: Engine) -> None:
-    """Let the database finish what a bulk load leaves it (vacuum and analyze of the grown tables, the
-    checkpoint), so that work does not land inside the next measurement: tables in service grow
-    gradually, with autovacuum keeping up."""
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("VACUUM ANALYZE"))
-        try:
-            conn.execute(text("CHECKPOINT"))
-        except Exception as exc:  # noqa: BLE001 - needs pg_checkpoint; a figure, not a failure
-            print(f"  note: no CHECKPOINT ({type(exc).__name__})")
 
 
 # -- 3. projector fold rate against the write rate of a burst -------------------------------------
