@@ -74,7 +74,7 @@ lint: $(DEV_STAMP)
 
 ## infra/modules/stack/maintenance_schedule.tf from the package's maintenance schedule
 ## (shared/noetl_cloud/maintenance/schedule.py; docs/operations.md).
-schedule: $(STAMP)
+schedule: $(RUN_STAMP)
 	$(BIN)/python -m noetl_cloud.maintenance.schedule
 
 ## functions/requirements.lock: the image's runtime dependencies with their hashes (after changing

@@ -43,7 +43,8 @@ _RATIO = re.compile(
     r"^(?P<name>[A-Za-z][\w .()+-]*? ratio(?: \([^)]*\))?):\s*(?P<value>[0-9]+(?:\.[0-9]+)?)(?P<rest>.*)$"
 )
 # bench/peers.py (ours against a peer): ``ratio start: 0.41``, ``latency ratio chain_step: 12.9``.
-_PEER_RATIO = re.compile(r"^(?P<name>(?:latency )?ratio [a-z_]+):\s*(?P<value>[0-9]+(?:\.[0-9]+)?)(?P<rest>.*)$")
+# bench/scale.py: ``ratio start_300k: 0.98``.
+_PEER_RATIO = re.compile(r"^(?P<name>(?:latency )?ratio [a-z0-9_]+):\s*(?P<value>[0-9]+(?:\.[0-9]+)?)(?P<rest>.*)$")
 # Its lines carry no goal (their form is fixed); the goals of issue #20's acceptance.
 _PEER_GOALS = {
     "ratio start": (">=", 0.5),
@@ -51,6 +52,10 @@ _PEER_GOALS = {
     "ratio chain": (">=", 0.5),
     "ratio webhook": (">=", 0.5),
     "latency ratio chain_step": ("<=", 1.5),
+    # bench/scale.py (issue #26's acceptance; run it with --only scale: it seeds 300k executions).
+    "ratio start_300k": (">=", 0.95),
+    "ratio projector_fold_to_write": (">=", 1.0),
+    "ratio loop_last_to_first": ("<=", 1.1),
 }
 _GOAL = re.compile(r"(?:goal|target)\s*(?P<op>>=|<=|≥|≤)\s*(?P<value>[0-9.]+)")
 _FRAMES_MODE = re.compile(

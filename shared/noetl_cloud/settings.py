@@ -201,6 +201,17 @@ class Settings(BaseModel):
     payload_dir: str | None = None
     frame_reaper_limit: Annotated[int, Field(ge=1, le=100_000)] = 1000
 
+    # Retention (docs/retention.md): days a terminal execution stays live (a tenant's or organization's
+    # row in ``retention_policy`` overrides it), whether it is archived (Parquet in the archive bucket or
+    # folder, same backend as payloads) before it is removed, days of partitions kept created ahead,
+    # and how many executions one sweep (POST /api/internal/retention) archives.
+    retention_days: Annotated[int, Field(ge=1, le=36_500)] = 30
+    retention_archive: bool = True
+    archive_bucket: str | None = Field(default=None, min_length=1, max_length=222)
+    archive_dir: str | None = None
+    partition_days_ahead: Annotated[int, Field(ge=1, le=60)] = 3
+    retention_batch: Annotated[int, Field(ge=1, le=100_000)] = 500
+
     @field_validator(
         "pools", "internal_api_callers", "ingress_principals", "db_runtime_users", "http_tool_allow", mode="before"
     )

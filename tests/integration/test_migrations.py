@@ -14,12 +14,14 @@ from noetl_cloud.settings import Settings
 
 def _diff(engine: Engine) -> list[object]:
     with engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True})
+        opts = {"compare_type": True, "compare_server_default": True, "include_name": migrate.include_name}
+        context = MigrationContext.configure(conn, opts=opts)
         return list(compare_metadata(context, metadata))
 
 
 def _tables(engine: Engine) -> set[str]:
-    return set(inspect(engine).get_table_names())
+    """The tables, without the partitions of ``event`` and ``outbox``."""
+    return {t for t in inspect(engine).get_table_names() if not migrate.PARTITION.match(t)}
 
 
 def test_upgrade_from_empty_gives_exactly_the_declared_schema(empty_database_url: str) -> None:
@@ -62,5 +64,47 @@ def test_a_schema_change_without_a_migration_is_detected(empty_database_url: str
             metadata.tables["catalog"]._columns.remove(extra)
         assert any("undeclared_in_migrations" in repr(d) for d in diff)
         assert _diff(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_0010_moves_the_rows_into_the_partitioned_tables_and_the_keys_into_event_key(empty_database_url: str) -> None:
+    from sqlalchemy import text
+
+    engine = create_db_engine(Settings(database_url=empty_database_url), pool_size=1)
+    columns = (
+        "event_id, tenant_id, organization_id, execution_id, stream_id, stream_version, aggregate_id, aggregate_type, "
+        "event_type, schema_name, schema_version, event_time, ingest_time, producer, idempotency_key, envelope_checksum"
+    )
+    try:
+        migrate.upgrade(engine, "0009")
+        with engine.begin() as conn:
+            for n, key in ((1, "k1"), (2, None)):
+                conn.execute(
+                    text(
+                        f"INSERT INTO event ({columns}) VALUES (:id, 't', 'o', 7, 's', :n, 'a', 'x', 'e', 'e', 1, "
+                        "now(), now(), 'p', :key, 'c')"
+                    ),
+                    {"id": n, "n": n, "key": key},
+                )
+            conn.execute(text("INSERT INTO outbox (event_id, topic, data) VALUES (1, 'noetl-events', '{}')"))
+        migrate.upgrade(engine)
+        with engine.begin() as conn:
+            assert conn.execute(text("SELECT count(*) FROM event_history")).scalar_one() == 2
+            assert conn.execute(text("SELECT idempotency_key, event_id FROM event_key")).all() == [("k1", 1)]
+            assert conn.execute(text("SELECT count(*) FROM outbox")).scalar_one() == 1  # in today's partition
+            assert conn.execute(text("SELECT count(*) FROM outbox_default")).scalar_one() == 0
+            positions = conn.execute(text("SELECT position FROM event ORDER BY position")).scalars().all()
+            conn.execute(
+                text(
+                    f"INSERT INTO event ({columns}) VALUES (3, 't', 'o', 7, 's', 3, 'a', 'x', 'e', 'e', 1, "
+                    "now(), now(), 'p', NULL, 'c')"
+                )
+            )
+            after = conn.execute(text("SELECT position FROM event WHERE event_id = 3")).scalar_one()
+        assert after > max(positions)  # the identity goes on after the copied rows
+        migrate.downgrade(engine, "0009")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM event")).scalar_one() == 3
     finally:
         engine.dispose()

@@ -189,6 +189,7 @@ def _value(expr: str, key: str) -> str:
         "module.cloudsql.ip_type": "private",
         "module.spool_bucket.name": f"{PREFIX}-spool-{PROJECT}",
         "module.payload_bucket.name": f"{PREFIX}-payloads-{PROJECT}",
+        "module.archive_bucket.name": f"{PREFIX}-archive-{PROJECT}",
         "module.iam.push_email": PUSH_EMAIL,
         'try(module.iam.role_emails["ingress"], "")': email("ingress"),
         'trimsuffix(module.iam.role_emails[s.role], ".gserviceaccount.com")': email(str(SERVICES[key]["role"]))[
@@ -327,6 +328,7 @@ def test_every_scheduler_job_and_push_subscription_calls_a_route_with_its_servic
     assert {j["route"] for j in jobs.values()} == {
         "outbox_sweep",
         "command_reaper",
+        "retention",
         "frame_reaper",
         "projector_catch_up",
         "spool_drain",

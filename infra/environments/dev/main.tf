@@ -49,6 +49,7 @@ module "noetl" {
   buckets = {
     spool_dead_letter_days = 14
     payload_delete_days    = 30
+    archive_delete_days    = 60
     force_destroy          = true
   }
 

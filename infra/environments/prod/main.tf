@@ -54,6 +54,10 @@ module "noetl" {
 
   buckets = {
     spool_dead_letter_days = 90
+    # Payloads: the TTL safety net of payload retention (longer than every retention policy).
+    payload_delete_days         = 400
+    archive_delete_days         = 730
+    archive_coldline_after_days = 30
   }
 
   deletion_protection = true

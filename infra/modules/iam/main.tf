@@ -228,6 +228,17 @@ resource "google_storage_bucket_iam_member" "spool_user" {
   depends_on = [google_service_account.role]
 }
 
+# Retention (execute) writes and reads the archive of expired executions.
+resource "google_storage_bucket_iam_member" "archive_writer" {
+  for_each = local.publishers
+
+  bucket = var.resources.archive_bucket
+  role   = "roles/storage.objectUser"
+  member = local.role_members[each.key]
+
+  depends_on = [google_service_account.role]
+}
+
 resource "google_storage_bucket_iam_member" "payload_writer" {
   for_each = local.payload_writers
 

@@ -33,6 +33,7 @@ variable "resources" {
     events_topic         = string
     spool_bucket         = string
     payload_bucket       = string
+    archive_bucket       = string
     build_source_bucket  = string
     db_admin_secret      = string
     webhook_secrets      = optional(set(string), [])

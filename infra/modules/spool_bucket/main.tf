@@ -35,6 +35,20 @@ resource "google_storage_bucket" "this" {
     }
   }
 
+  dynamic "lifecycle_rule" {
+    for_each = var.lifecycle_policy.coldline_after_days == null ? [] : [var.lifecycle_policy.coldline_after_days]
+    content {
+      condition {
+        age                   = lifecycle_rule.value
+        matches_storage_class = ["STANDARD"]
+      }
+      action {
+        type          = "SetStorageClass"
+        storage_class = "COLDLINE"
+      }
+    }
+  }
+
   dynamic "encryption" {
     for_each = var.kms_key_name == null ? [] : [var.kms_key_name]
     content {

@@ -30,15 +30,16 @@ variable "storage_class" {
 }
 
 variable "lifecycle_policy" {
-  description = "Retention: dead-lettered spool items (written with customTime) are deleted dead_letter_age_days after it; every object after delete_after_days when set."
+  description = "Retention: dead-lettered spool items (written with customTime) are deleted dead_letter_age_days after it; every object after delete_after_days when set; objects move to Coldline after coldline_after_days when set."
   type = object({
     dead_letter_age_days = optional(number, 30)
     delete_after_days    = optional(number)
+    coldline_after_days  = optional(number)
   })
   default = {}
 
   validation {
-    condition     = var.lifecycle_policy.dead_letter_age_days >= 1 && (var.lifecycle_policy.delete_after_days == null ? true : var.lifecycle_policy.delete_after_days >= 1)
+    condition     = var.lifecycle_policy.dead_letter_age_days >= 1 && (var.lifecycle_policy.delete_after_days == null ? true : var.lifecycle_policy.delete_after_days >= 1) && (var.lifecycle_policy.coldline_after_days == null ? true : var.lifecycle_policy.coldline_after_days >= 1)
     error_message = "Lifecycle ages are whole days, at least 1."
   }
 }

@@ -53,6 +53,7 @@ locals {
     projector_push      = { role = "projector", method = "POST", path = "/" }
     outbox_sweep        = { role = "execute", method = "POST", path = "/api/internal/outbox/sweep" }
     command_reaper      = { role = "execute", method = "POST", path = "/api/internal/reaper" }
+    retention           = { role = "execute", method = "POST", path = "/api/internal/retention" }
     frame_reaper        = { role = "frames", method = "POST", path = "/api/internal/frames/reap" }
     projector_catch_up  = { role = "projector", method = "POST", path = "/api/internal/projector/catch-up" }
     spool_drain         = { role = "spool_drainer", method = "POST", path = "/drain" }
@@ -122,6 +123,10 @@ locals {
       NOETL_INTERNAL_API_CALLERS  = join(",", module.iam.api_callers["execute"])
       NOETL_SECRETS_BACKEND       = "secret_manager"
       NOETL_INGRESS_PRINCIPALS    = try(module.iam.role_emails["ingress"], "")
+      # Retention archives expired executions here (Parquet) before it removes them (docs/retention.md).
+      NOETL_PAYLOAD_BACKEND = "gcs"
+      NOETL_PAYLOAD_BUCKET  = module.payload_bucket.name
+      NOETL_ARCHIVE_BUCKET  = module.archive_bucket.name
     })
     frames = merge(local.database_env, {
       NOETL_INTERNAL_API_AUDIENCE = try(local.url["frames"], "")
@@ -315,6 +320,7 @@ module "iam" {
     events_topic         = module.pubsub.events_topic.name
     spool_bucket         = module.spool_bucket.name
     payload_bucket       = module.payload_bucket.name
+    archive_bucket       = module.archive_bucket.name
     build_source_bucket  = module.build_source_bucket.name
     db_admin_secret      = local.db_admin_secret
     webhook_secrets      = var.webhook_secrets
@@ -385,6 +391,26 @@ module "payload_bucket" {
   lifecycle_policy = {
     dead_letter_age_days = var.buckets.spool_dead_letter_days
     delete_after_days    = var.buckets.payload_delete_days
+  }
+
+  depends_on = [google_project_service.this]
+}
+
+# Retention's archive (docs/retention.md): each expired execution's events as one Parquet object, kept
+# longer than any payload and moved to Coldline once it is rarely read (replay of old executions).
+module "archive_bucket" {
+  source = "../spool_bucket"
+
+  project_id    = var.project_id
+  name          = "${var.name_prefix}-archive-${var.project_id}"
+  location      = var.region
+  kms_key_name  = var.buckets.kms_key_name
+  force_destroy = var.buckets.force_destroy
+  labels        = var.labels
+  lifecycle_policy = {
+    dead_letter_age_days = var.buckets.spool_dead_letter_days
+    delete_after_days    = var.buckets.archive_delete_days
+    coldline_after_days  = var.buckets.archive_coldline_after_days
   }
 
   depends_on = [google_project_service.this]

@@ -16,6 +16,13 @@ locals {
       route       = "command_reaper"
       needs       = "worker"
     }
+    retention = {
+      description = "Keep partitions ahead; archive and remove expired executions; drop old partitions (execute)."
+      schedule    = "23 3 * * *"
+      setting     = "retention"
+      route       = "retention"
+      needs       = "execute"
+    }
     frame-reaper = {
       description = "Release expired frame leases (frames)."
       schedule    = "* * * * *"

@@ -45,7 +45,7 @@ output "migrate_job" {
 
 output "buckets" {
   description = "Spool, payload and build-source bucket names."
-  value       = { spool = module.spool_bucket.name, payloads = module.payload_bucket.name, build_source = module.build_source_bucket.name }
+  value       = { spool = module.spool_bucket.name, payloads = module.payload_bucket.name, archive = module.archive_bucket.name, build_source = module.build_source_bucket.name }
 }
 
 output "topics" {

@@ -198,13 +198,15 @@ variable "vpc_access" {
 }
 
 variable "buckets" {
-  description = "Spool, payload and build-source buckets: dead-letter retention of the spool, optional payload expiry, days the uploaded build sources are kept, optional CMEK, force_destroy for throwaway environments."
+  description = "Spool, payload, archive and build-source buckets: dead-letter retention of the spool, payload expiry (the TTL safety net of payload retention; longer than every retention policy), archive expiry and its move to Coldline, days the uploaded build sources are kept, optional CMEK, force_destroy for throwaway environments."
   type = object({
-    spool_dead_letter_days   = optional(number, 30)
-    payload_delete_days      = optional(number)
-    build_source_delete_days = optional(number, 30)
-    kms_key_name             = optional(string)
-    force_destroy            = optional(bool, false)
+    spool_dead_letter_days      = optional(number, 30)
+    payload_delete_days         = optional(number, 400)
+    archive_delete_days         = optional(number, 730)
+    archive_coldline_after_days = optional(number, 30)
+    build_source_delete_days    = optional(number, 30)
+    kms_key_name                = optional(string)
+    force_destroy               = optional(bool, false)
   })
   default = {}
 }
@@ -267,13 +269,13 @@ variable "scheduled_subscriptions" {
 }
 
 variable "maintenance_schedules" {
-  description = "Cron schedules overriding the built-in jobs' own (shared/noetl_cloud/maintenance/schedule.py, docs/operations.md), keyed outbox_sweep, command_reaper, frame_reaper, projector_catch_up, drainer."
+  description = "Cron schedules overriding the built-in jobs' own (shared/noetl_cloud/maintenance/schedule.py, docs/operations.md), keyed outbox_sweep, command_reaper, retention, frame_reaper, projector_catch_up, drainer."
   type        = map(string)
   default     = {}
 
   validation {
-    condition     = alltrue([for k in keys(var.maintenance_schedules) : contains(["outbox_sweep", "command_reaper", "frame_reaper", "projector_catch_up", "drainer"], k)])
-    error_message = "maintenance_schedules keys are outbox_sweep, command_reaper, frame_reaper, projector_catch_up and drainer."
+    condition     = alltrue([for k in keys(var.maintenance_schedules) : contains(["outbox_sweep", "command_reaper", "retention", "frame_reaper", "projector_catch_up", "drainer"], k)])
+    error_message = "maintenance_schedules keys are outbox_sweep, command_reaper, retention, frame_reaper, projector_catch_up and drainer."
   }
 }
 

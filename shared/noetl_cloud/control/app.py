@@ -208,6 +208,12 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         """Re-issue commands whose claim lease expired (Cloud Scheduler, every minute)."""
         return plane.orchestrator.reap()
 
+    @app.post("/api/internal/retention")
+    def retention() -> dict[str, Any]:
+        """Partitions ahead, expired executions archived and removed, old partitions dropped (Cloud
+        Scheduler, daily; docs/retention.md)."""
+        return plane.retention.sweep()
+
     @app.get("/api/internal/outbox/relay")
     def outbox_relay() -> dict[str, Any]:
         """This instance's outbox relay: rows handed off, published and left to the sweep, and the delay

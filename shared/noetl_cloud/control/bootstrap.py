@@ -22,6 +22,7 @@ from noetl_cloud.eventlog.relay import OutboxRelay, relay_for
 from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.messaging.port import Publisher
 from noetl_cloud.replay.service import ReplayService
+from noetl_cloud.retention.service import RetentionService
 from noetl_cloud.secrets.port import SecretResolver
 from noetl_cloud.settings import Settings
 
@@ -139,7 +140,12 @@ class ControlPlane:
         return ListenerService(self.catalog, self.subscriptions, self.secrets, self.store, self.events)
 
     @cached_property
+    def retention(self) -> RetentionService:
+        return RetentionService(self.engine, self.settings)
+
+    @cached_property
     def replay(self) -> ReplayService:
+        from noetl_cloud.replay.archived import ArchiveReader
         from noetl_cloud.replay.upcasters import default_registry
 
-        return ReplayService(self.engine, default_registry())
+        return ReplayService(self.engine, default_registry(), archive=ArchiveReader(self.settings))

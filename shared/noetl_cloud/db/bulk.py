@@ -71,16 +71,19 @@ class Part:
         suffix: str,
         returning: tuple[str, ...],
         only_with: tuple[Part, str] | None,
+        unless_null: str | None = None,
     ) -> None:
         self.table = table
         self.rows = rows
         self.suffix = suffix
         self.returning = returning
         self.only_with = only_with
+        self.unless_null = unless_null
         self.returned: list[list[Any]] = []
 
 
-_Shape = tuple[Table, tuple[str, ...], str, tuple[str, ...], tuple[int, str] | None]
+_Depends = tuple[int, str, str | None]
+_Shape = tuple[Table, tuple[str, ...], str, tuple[str, ...], _Depends | None]
 
 
 class InsertBatch:
@@ -113,14 +116,17 @@ class InsertBatch:
         suffix: str = "",
         returning: tuple[str, ...] = (),
         only_with: tuple[Part, str] | None = None,
+        unless_null: str | None = None,
     ) -> Part:
         """Add an insert of ``rows`` (all with the same keys); ``suffix`` (``ON CONFLICT ...``) is a
         constant of the caller's code, never data. An empty ``rows`` adds nothing.
 
         ``only_with=(part, column)``: insert only the rows whose ``column`` the earlier ``part`` returned
         (so the outbox rows of events an ``ON CONFLICT DO NOTHING`` skipped are skipped too).
+        ``unless_null``: a column whose null lets a row in regardless of ``only_with`` (an event without
+        an idempotency key does not wait for a key row).
         """
-        part = Part(table, rows, suffix, returning, only_with)
+        part = Part(table, rows, suffix, returning, only_with, unless_null)
         if rows:
             self.parts.append(part)
         return part
@@ -152,7 +158,9 @@ class InsertBatch:
     def _shape(self, part: Part) -> _Shape:
         depends = None
         if part.only_with is not None:
-            depends = (self.parts.index(part.only_with[0]), part.only_with[1])
+            if part.only_with[0] not in self.parts and part.unless_null is not None:
+                return (part.table, tuple(part.rows[0]), part.suffix, part.returning, None)  # every row passes
+            depends = (self.parts.index(part.only_with[0]), part.only_with[1], part.unless_null)
         return (part.table, tuple(part.rows[0]), part.suffix, part.returning, depends)
 
 
@@ -171,7 +179,10 @@ def _batch_statement(shape: tuple[_Shape, ...], statements: tuple[str, ...], gua
         types = ", ".join(f'"{c}" {table.c[c].type.compile(dialect=_DIALECT)}' for c in columns)
         condition = "(SELECT ok FROM g)"
         if depends is not None:
-            condition += f' AND r."{depends[1]}" IN (SELECT "{depends[1]}" FROM w{depends[0]})'
+            member = f'r."{depends[1]}" IN (SELECT "{depends[1]}" FROM w{depends[0]})'
+            if depends[2] is not None:
+                member = f'(r."{depends[2]}" IS NULL OR {member})'
+            condition += f" AND {member}"
         back = ", ".join(f'"{c}"' for c in returning) if returning else "1"
         ctes.append(
             f'w{i} AS (INSERT INTO "{table.name}" ({names}) '

@@ -6,13 +6,23 @@ container image, a Cloud Run job - can migrate without the repository.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+# The partitions of ``event`` and ``outbox`` (migration 0010, noetl_cloud.retention.partitions): made
+# and dropped at run time, not part of the declared schema.
+PARTITION = re.compile(r"^(event|outbox)_(p\d{8}|history|default)$")
+
+
+def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    """Alembic's ``include_name``: every reflected object but the partitions."""
+    return not (type_ == "table" and name is not None and PARTITION.match(name))
 
 
 def alembic_config(engine: Engine) -> Config:

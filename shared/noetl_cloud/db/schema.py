@@ -46,6 +46,8 @@ def _now() -> Column:  # type: ignore[type-arg]
 
 # The canonical, append-only event log (spec §3.1). ``position`` is the store's global order
 # (the "backend position" replay cuts at); ``(stream_id, stream_version)`` orders one stream.
+# Partitioned by range of ``event_id`` (a snowflake: a range of ids is a range of time), one
+# partition per UTC day, kept ahead and retired by ``noetl_cloud.retention``.
 event = Table(
     "event",
     metadata,
@@ -71,11 +73,27 @@ event = Table(
     Column("payload_ref", JSONB, nullable=True),
     Column("meta", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("envelope_checksum", Text, nullable=False),
-    UniqueConstraint("position"),
-    UniqueConstraint("stream_id", "stream_version"),
-    UniqueConstraint("idempotency_key"),
     CheckConstraint("stream_version >= 1", name="stream_version_positive"),
-    Index(None, "execution_id", "event_id"),
+    # A unique index must hold the partition key (``event_id``): the stream head's compare-and-set
+    # hands out ``(stream_id, stream_version)`` and the identity ``position``, ``event_key`` guards
+    # the idempotency keys (migration 0010, docs/retention.md).
+    Index(None, "position"),
+    # Executions' events are read by execution (replay, the executions API, catch-up): one narrow index
+    # serves them all; streams by id only those of no execution (catalog, subscriptions).
+    Index(None, "stream_id", "stream_version", postgresql_where=text("execution_id IS NULL")),
+    Index(None, "execution_id", "position"),
+    postgresql_partition_by="RANGE (event_id)",
+)
+
+# The idempotency keys of ``event`` (a unique constraint of a partitioned table would have to hold the
+# partition key): inserted before the events, in the same statement; an event whose key it skipped is
+# not written. Its rows leave with their event's partition (retention deletes them by key, joining the
+# partition it drops: no second index, every appended key costs one index entry).
+event_key = Table(
+    "event_key",
+    metadata,
+    Column("idempotency_key", Text, primary_key=True),
+    Column("event_id", BigInteger, nullable=False),
 )
 
 # One row per stream: its current version. Appends bump it with a compare-and-set, so a writer
@@ -93,7 +111,7 @@ outbox = Table(
     "outbox",
     metadata,
     Column("outbox_id", BigInteger, Identity(always=True), primary_key=True),
-    Column("event_id", BigInteger, ForeignKey("event.event_id"), nullable=True),
+    Column("event_id", BigInteger, nullable=True),
     Column("topic", Text, nullable=False),
     Column("ordering_key", Text, nullable=True),
     Column("attributes", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
@@ -101,10 +119,10 @@ outbox = Table(
     Column("status", Text, nullable=False, server_default=text("'pending'")),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("available_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
-    _now(),
+    Column("created_at", DateTime(timezone=True), primary_key=True, server_default=text("now()")),
     Column("published_at", DateTime(timezone=True), nullable=True),
     Column("last_error", Text, nullable=True),
-    UniqueConstraint("event_id", "topic"),
+    Index(None, "event_id", "topic"),
     CheckConstraint("status IN ('pending', 'in_flight', 'published', 'failed')", name="status_known"),
     Index(
         "ix_outbox_claimable",
@@ -112,6 +130,8 @@ outbox = Table(
         "outbox_id",
         postgresql_where=text("status IN ('pending', 'in_flight')"),
     ),
+    # By day of ``created_at``; published rows are deleted by the relay, old partitions are dropped.
+    postgresql_partition_by="RANGE (created_at)",
 )
 
 execution = Table(
@@ -140,6 +160,8 @@ execution = Table(
     Column("tokens_fired", Integer, nullable=False, server_default=text("0")),
     Index(None, "tenant_id", "organization_id", "created_at"),
     Index(None, "parent_execution_id"),
+    # Retention's scan: terminal executions by age (a running execution has no ``ended_at``).
+    Index(None, "ended_at", postgresql_where=text("ended_at IS NOT NULL")),
 )
 
 catalog = Table(
@@ -276,6 +298,7 @@ subscription_dedup = Table(
     Column("seen_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Index(None, "expires_at"),
+    Index(None, "execution_id"),
 )
 
 # Live projections (spec §7.4), one row per (execution, surface): the surface's rows as folded by the
@@ -336,6 +359,7 @@ projection_snapshot = Table(
         "position",
         name="uq_projection_snapshot_position",
     ),
+    Index(None, "execution_id"),
 )
 
 # The projector's tracking row of one execution (migration 0009): the position of the last event folded,
@@ -369,15 +393,6 @@ projector_checkpoint = Table(
     Column("checked_position", BigInteger, nullable=False),
     Column("pending_position", BigInteger, nullable=False),
     Column("pending_at", DateTime(timezone=True), nullable=False),
-)
-
-# Replay reads one tenant's execution in store order.
-Index(
-    "ix_event_tenant_id_organization_id_execution_id_position",
-    event.c.tenant_id,
-    event.c.organization_id,
-    event.c.execution_id,
-    event.c.position,
 )
 
 # Stages and frames (distributed-runtime spec §5.1, docs/frames.md): a stage is one loop step run whose
@@ -461,4 +476,37 @@ frame = Table(
     Index("ix_frame_leased", "lease_until", postgresql_where=text("status IN ('CLAIMED', 'RUNNING')")),
     Index("ix_frame_command_id", "command_id", postgresql_where=text("command_id IS NOT NULL")),
     Index(None, "execution_id"),
+)
+
+
+# Retention (docs/retention.md): a tenant's or organization's own number of days, over
+# ``NOETL_RETENTION_DAYS``; ``organization_id = '*'`` covers every organization of the tenant.
+retention_policy = Table(
+    "retention_policy",
+    metadata,
+    Column("tenant_id", Text, primary_key=True),
+    Column("organization_id", Text, primary_key=True),
+    Column("retention_days", Integer, nullable=False),
+    Column("archive", Boolean, nullable=False, server_default=text("true")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint("retention_days >= 1", name="days_positive"),
+)
+
+# An execution retention archived and removed: where its events are (an Arrow/Parquet object, or none
+# when its policy does not archive), so replay still answers for it.
+execution_archive = Table(
+    "execution_archive",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("organization_id", Text, nullable=False),
+    Column("execution_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("path", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("event_count", BigInteger, nullable=False),
+    Column("last_position", BigInteger, nullable=False),
+    Column("archive_ref", JSONB, nullable=True),
+    Column("execution_created_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+    Column("archived_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Index(None, "tenant_id", "organization_id", "execution_id"),
 )

@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 
 from noetl_cloud.db.bulk import InsertBatch
 from noetl_cloud.db.schema import event as event_table
+from noetl_cloud.db.schema import event_key as key_table
 from noetl_cloud.db.schema import outbox as outbox_table
 from noetl_cloud.db.schema import stream as stream_table
 from noetl_cloud.envelope import EventEnvelope, PayloadRef, utc_now
@@ -124,7 +125,8 @@ def run_batch(
     try:
         return batch.execute(conn, guard=guard, params=params)
     except IntegrityError as exc:
-        if "pk_event" in str(exc.orig):
+        # A partition's primary key has its own name (``event_p20261125_pkey``): the detail names the column.
+        if "Key (event_id)=" in str(exc.orig):
             raise DuplicateEventId("an event id in this batch is already stored") from None
         raise
 
@@ -279,11 +281,20 @@ class PostgresEventStore:
         """Add sealed events and their outbox rows to ``batch``. After it ran, a reused idempotency key
         is a :class:`DuplicateIdempotencyKey` naming what was reused (the caller's transaction is then
         rolled back); the outbox rows written are appended to ``outbox``, in insertion order."""
+        # The keys first (``event_key``: ``event`` is partitioned, it cannot hold a unique key of its
+        # own); an event whose key is taken is not written, nor are its outbox rows.
+        keys = batch.insert(
+            key_table,
+            [{"idempotency_key": e.idempotency_key, "event_id": int(e.event_id)} for e in sealed if e.idempotency_key],
+            suffix="ON CONFLICT (idempotency_key) DO NOTHING",
+            returning=("event_id",),
+        )
         inserted = batch.insert(
             event_table,
             [_row(e) for e in sealed],
-            suffix="ON CONFLICT (idempotency_key) DO NOTHING",
             returning=("event_id",),
+            only_with=(keys, "event_id"),
+            unless_null="idempotency_key",
         )
         messages = mirror_messages(sealed, self.events_topic)
         written = batch.insert(
@@ -314,7 +325,7 @@ class PostgresEventStore:
     @staticmethod
     def _used_keys(conn: Connection, keys: list[str], inserted: set[int]) -> list[str]:
         rows = conn.execute(
-            select(event_table.c.idempotency_key, event_table.c.event_id).where(event_table.c.idempotency_key.in_(keys))
+            select(key_table.c.idempotency_key, key_table.c.event_id).where(key_table.c.idempotency_key.in_(keys))
         ).all()
         used = [key for key, event_id in rows if event_id not in inserted]
         return used or keys

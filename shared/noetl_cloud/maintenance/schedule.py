@@ -60,6 +60,17 @@ JOBS: Final[tuple[Job, ...]] = (
         setting="command_reaper",
     ),
     Job(
+        name="retention",
+        route="retention",
+        role="execute",
+        path="/api/internal/retention",
+        needs="execute",
+        description="Keep partitions ahead; archive and remove expired executions; drop old partitions (execute).",
+        schedule="23 3 * * *",
+        local_every_s=600.0,
+        setting="retention",
+    ),
+    Job(
         name="frame-reaper",
         route="frame_reaper",
         role="frames",

@@ -178,6 +178,7 @@ EXECUTE = RoleContract(
             "Record an ingress verdict", body=Audit, answers={201: None}, errors=(400, 404, 422)
         ),
         ("reaper", "POST"): _op("Re-issue commands whose lease expired (scheduled)"),
+        ("retention", "POST"): _op("Partitions ahead, expired executions archived, old partitions dropped (scheduled)"),
         ("outbox_relay", "GET"): _op("This instance's outbox relay counters"),
         ("sweep", "POST"): _op("Publish what the outbox relay left (scheduled)"),
         ("spool_events.record_spool_events", "POST"): _op(

@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from noetl_cloud.errors import NotFound
 from noetl_cloud.replay import postgres as sql
 from noetl_cloud.replay import snapshot_store
+from noetl_cloud.replay.archived import ArchiveReader, cut
 from noetl_cloud.replay.payloads import PayloadFetcher, summarize
 from noetl_cloud.replay.reducers import REDUCER_VERSION, fold
 from noetl_cloud.replay.snapshots import choose
@@ -43,10 +44,18 @@ class Replayed:
 
 
 class ReplayService:
-    def __init__(self, engine: Engine, registry: UpcasterRegistry, *, payloads: PayloadFetcher | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        registry: UpcasterRegistry,
+        *,
+        payloads: PayloadFetcher | None = None,
+        archive: ArchiveReader | None = None,
+    ) -> None:
         self.engine = engine
         self.registry = registry
         self.payloads = payloads
+        self.archive = archive  # where an execution retention archived is read back from
 
     def replay(
         self, tenant_id: str, organization_id: str, execution_id: str, cutoff: Cutoff, *, use_snapshots: bool = True
@@ -56,7 +65,13 @@ class ReplayService:
         with self.engine.connect() as conn:
             count, last = sql.tip(conn, *scope)
             if count == 0:
-                raise NotFound(f"no execution {execution_id}", code="execution_not_found")
+                archived = self.archive.rows(conn, *scope) if self.archive is not None else None
+                if archived is None:
+                    raise NotFound(f"no execution {execution_id}", code="execution_not_found")
+                events, upto = cut(archived, cutoff, execution_id)
+                state = ReplayState()
+                fold(events, self.registry, state)
+                return Replayed(state, upto, None, len(events))
             upto = self._position(conn, scope, cutoff, last)
             seed = None
             if use_snapshots:

@@ -1,0 +1,366 @@
+"""Cost as data grows (issue #26): start throughput against the size of the tables, the projector's
+fold rate against the write rate of a burst, per-iteration cost along long sequential loops, and the
+bytes a 3-step execution leaves per table before and after retention.
+
+The execute, worker and projector roles run under gunicorn (their deployables' command lines) on a
+fresh database of the local stack, the Pub/Sub emulator pushing commands to the worker and events to
+the projector. In order:
+
+1. ``--sample`` 3-step noop executions run to the end; once the relay deleted their published outbox
+   rows, the growth of every table (all partitions, indexes and TOAST, on disk) divided by their number
+   is the bytes per execution. Their rows are kept as the seeding template. Then retention (an archive
+   folder, its clock 40 days ahead) archives them and drops what nothing live needs; the bytes left
+   per execution (after ``VACUUM FULL``) and the Parquet archive's bytes per execution are printed.
+2. Start throughput (best of two runs of ``--starts`` single ``POST /api/execute`` from 8 threads, into a pool no worker
+   serves, so nothing else runs) on the empty database, after seeding to ``--executions / 3`` and after
+   seeding to ``--executions``. Seeding clones the template's rows (execution, stream, events, commands,
+   projections) with new snowflake ids in bulk ``INSERT ... SELECT ... generate_series`` statements,
+   then ``VACUUM ANALYZE`` and a checkpoint (a table in service grows gradually, autovacuum keeping up).
+3. A burst of ``--burst`` 3-step executions through the worker; events written per second by the
+   burst against events folded per second by the projector role over the same window (the rise of the
+   sum over executions of their highest projection version: a projector still folding the start runs'
+   events is measured at the rate it folds them).
+   PLACEHOLDER (marked ``HOOK projector_fold``): bench/projector_fold.py, written in parallel, measures
+   the projector alone; when it lands this step should call it and print its ratio instead.
+4. Sequential noop loops of each ``--loops`` length: per-iteration cost is the time from one
+   iteration's command to the next's; the mean of the last hundred over the mean of the first hundred.
+
+    make up && .venv/bin/python bench/scale.py [--executions 300000] [--loops 2000,10000]
+    .venv/bin/python bench/scale.py --executions 20000 --loops 300,1000 --starts 300   # quick check
+
+Ends with ``ratio start_300k``, ``ratio projector_fold_to_write``, ``ratio loop_last_to_first`` (the
+longest loop) and ``bytes per execution`` (before retention). Never fails on timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import secrets
+import statistics
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from sqlalchemy import Engine, create_engine, text
+
+from distributed import PLAYBOOK, PROJECT, pubsub, push_subscription, start_role
+from noetl_cloud.db.engine import normalize_url
+from noetl_cloud.envelope import utc_now
+from noetl_cloud.local.process import stop_group, wait_until
+from noetl_cloud.local.stack import LocalStack
+from noetl_cloud.retention.partitions import ensure_ahead, first_id
+from noetl_cloud.retention.service import RetentionService
+from noetl_cloud.settings import Settings
+from scale_db import CLONED, TABLES, fresh_database, scalar, seed, settle, table_bytes
+
+TOKEN = secrets.token_hex(16)
+IDLE_POOL = "scale-idle"  # a pool with a topic and no worker: started executions stay issued
+LOOP = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: loop{n}, path: bench/loop{n}}}
+workflow:
+  - step: each
+    loop:
+      spec: {{mode: sequential}}
+      in: "{{{{ range({n}) | list }}}}"
+      iterator: i
+    tool: {{kind: noop, result: "{{{{ iter.i }}}}"}}
+"""
+
+
+class Api:
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.http = urllib3.PoolManager(maxsize=16)
+        self.auth = {"Authorization": f"Bearer {TOKEN}"}
+
+    def register(self, playbook: str) -> None:
+        answer = self.http.request(
+            "POST", self.base + "/api/catalog", body=playbook, headers={**self.auth, "Content-Type": "application/yaml"}
+        )
+        assert answer.status in (200, 201), answer.data
+
+    def start(self, path: str, pool: str | None = None) -> str:
+        body: dict[str, Any] = {"path": path}
+        if pool:
+            body["execution_pool"] = pool
+        answer = self.http.request("POST", self.base + "/api/execute", json=body, headers=self.auth)
+        assert answer.status in (200, 201, 202), answer.data
+        return str(answer.json()["execution_id"])
+
+    def batch(self, path: str, n: int) -> list[str]:
+        started: list[str] = []
+        for offset in range(0, n, 100):
+            size = min(100, n - offset)
+            body = {"executions": [{"path": path, "workload": {"i": offset + i}} for i in range(size)]}
+            answer = self.http.request("POST", self.base + "/api/execute/batch", json=body, headers=self.auth)
+            assert answer.status == 200, answer.data
+            started += [str(r["execution_id"]) for r in answer.json()["results"]]
+        return started
+
+
+def wait_ended(engine: Engine, ids: list[str], timeout: float) -> None:
+    def ended() -> bool:
+        n = scalar(
+            engine,
+            "SELECT count(*) FROM execution WHERE execution_id = ANY(CAST(:ids AS bigint[])) AND ended_at IS NOT NULL",
+            ids="{" + ",".join(ids) + "}",
+        )
+        return int(n) >= len(ids)
+
+    if not wait_until(ended, timeout=timeout, interval=0.2):
+        raise SystemExit(f"{len(ids)} executions did not end within {timeout:.0f} s")
+
+
+# -- 1. bytes per execution, before and after retention ---------------------------------------------
+
+
+def bytes_per_execution(api: Api, engine: Engine, settings: Settings, sample: int) -> dict[str, Any]:
+    before = table_bytes(engine)
+    ids = api.batch("bench/three", sample)
+    wait_ended(engine, ids, timeout=600)
+    if not wait_until(lambda: scalar(engine, "SELECT count(*) FROM outbox") == 0, timeout=120, interval=0.5):
+        print(f"  note: {scalar(engine, 'SELECT count(*) FROM outbox')} outbox rows still there after 120 s")
+    folded = "SELECT count(*) FROM projection WHERE execution_id = ANY(CAST(:ids AS bigint[]))"
+    wait_until(lambda: scalar(engine, folded, ids="{" + ",".join(ids) + "}") > 0, timeout=60, interval=0.5)
+    after = table_bytes(engine)
+    per_table = {t: (after[t] - before[t]) / sample for t in TABLES}
+    counts = {
+        t: int(scalar(engine, f"SELECT count(*) FROM {t} WHERE execution_id = :e", e=int(ids[0])))
+        for t in ("event", "command", "projection")
+    }
+    template = ids[0]
+    with engine.begin() as conn:  # the seeding template, kept before retention removes the rows
+        for table, _id, _cols in CLONED:
+            where = "stream_id = :s" if table == "stream" else "execution_id = :e"
+            conn.execute(
+                text(f"CREATE TABLE tpl_{table} AS SELECT * FROM {table} WHERE {where}"),
+                {"e": int(template), "s": f"execution/{template}"},
+            )
+    archive_dir = Path(tempfile.mkdtemp(prefix="scale-archive-"))
+    swept = settings.model_copy(
+        update={
+            "payload_backend": "filesystem",
+            "payload_dir": str(archive_dir / "p"),
+            "archive_dir": str(archive_dir / "a"),
+            "retention_batch": max(sample, 1),
+        }
+    )
+    result = RetentionService(engine, swept).sweep(now=utc_now() + timedelta(days=40))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        for table in TABLES:
+            conn.execute(text(f"VACUUM FULL {table}"))
+    left = table_bytes(engine)
+    with engine.begin() as conn:  # its clock ran 40 days ahead: today's partitions (dropped, empty) again
+        ensure_ahead(conn, settings.partition_days_ahead, utc_now())
+    archived = sum(f.stat().st_size for f in (archive_dir / "a").rglob("*") if f.is_file())
+    return {
+        "per_table": per_table,
+        "total": sum(per_table.values()),
+        "counts": counts,
+        "template": template,
+        "after": {t: max(0.0, (left[t] - before[t]) / sample) for t in TABLES},
+        "archived_per_execution": archived / sample,
+        "retention": result,
+    }
+
+
+# -- 2. start throughput at growing sizes ---------------------------------------------------------
+
+
+def start_rate(api: Api, engine: Engine, n: int, repeats: int = 2) -> float:
+    """Executions started per second: the best of ``repeats`` runs of ``n`` (the machine is shared: the
+    best run is the one least disturbed), each once the relay has published what the last one wrote."""
+    best = 0.0
+    for _ in range(repeats):
+        wait_until(lambda: scalar(engine, "SELECT count(*) FROM outbox") == 0, timeout=60, interval=0.5)
+        begin = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda _i: api.start("bench/three", IDLE_POOL), range(n)))
+        best = max(best, n / (time.perf_counter() - begin))
+    return best
+
+
+# -- 3. projector fold rate against the write rate of a burst -------------------------------------
+
+
+def fold_against_write(api: Api, engine: Engine, burst: int) -> dict[str, float]:
+    # HOOK projector_fold: bench/projector_fold.py (another engineer's) measures the projector on its own;
+    # until it lands this is a simple measurement of ours over the whole stack.
+    # Written: the burst's events. Folded: every event the projector folded over the same window (the rise
+    # of the sum over executions of their highest projection version), whichever execution it belongs to:
+    # a projector still folding an earlier backlog is measured at the rate it folds, not at zero.
+    lowest = first_id(utc_now())
+    folded_sql = "SELECT coalesce(sum(v), 0) FROM (SELECT max(version) AS v FROM projection GROUP BY execution_id) p"
+    folded_before = int(scalar(engine, folded_sql))
+    begin = time.perf_counter()
+    ids = api.batch("bench/three", burst)
+    wait_ended(engine, ids, timeout=900)
+    window = time.perf_counter() - begin
+    folded = int(scalar(engine, folded_sql)) - folded_before
+    written = int(scalar(engine, "SELECT count(*) FROM event WHERE execution_id >= :lo", lo=lowest))
+    behind_sql = (
+        "SELECT coalesce(sum(v), 0) FROM (SELECT max(version) AS v FROM projection "
+        "WHERE execution_id >= :lo GROUP BY execution_id) p"
+    )
+    caught_up = time.perf_counter()
+    wait_until(lambda: int(scalar(engine, behind_sql, lo=lowest)) >= written, timeout=300, interval=1.0)
+    return {
+        "written_per_s": written / window,
+        "folded_per_s": folded / window,
+        "catch_up_s": time.perf_counter() - caught_up,
+        "written": written,
+        "folded": folded,
+        "window_s": window,
+    }
+
+
+# -- 4. sequential loops --------------------------------------------------------------------------
+
+
+def loop_cost(api: Api, engine: Engine, n: int) -> dict[str, float]:
+    api.register(LOOP.format(n=n))
+    eid = api.start(f"bench/loop{n}")
+    wait_ended(engine, [eid], timeout=max(600.0, n * 0.2))
+    with engine.connect() as conn:
+        issued = [
+            r[0]
+            for r in conn.execute(
+                text(
+                    "SELECT created_at FROM command WHERE execution_id = :e AND kind = 'iteration' ORDER BY iteration"
+                ),
+                {"e": int(eid)},
+            )
+        ]
+    steps = [(b - a).total_seconds() for a, b in itertools.pairwise(issued)]
+    head, tail = steps[:100], steps[-100:]
+    return {
+        "iterations": len(issued),
+        "first_ms": statistics.mean(head) * 1000,
+        "last_ms": statistics.mean(tail) * 1000,
+        "ratio": statistics.mean(tail) / statistics.mean(head),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--executions", type=int, default=300_000, help="the largest size seeded")
+    parser.add_argument("--sample", type=int, default=300, help="3-step executions measured for bytes")
+    parser.add_argument("--starts", type=int, default=1000, help="executions started per throughput run")
+    parser.add_argument("--burst", type=int, default=500, help="3-step executions of the projector burst")
+    parser.add_argument("--loops", default="2000,10000", help="sequential loop lengths, comma-separated")
+    args = parser.parse_args()
+    loops = [int(n) for n in args.loops.split(",") if n]
+
+    env = LocalStack.from_env(os.environ).up(echo=lambda _line: None)
+    publisher, subscriber = pubsub(env)
+    url = fresh_database(env["NOETL_DATABASE_URL"])
+    prefix = f"scale-{secrets.token_hex(3)}-commands-"
+    events_topic = prefix.removesuffix("-commands-") + "-events"
+    for topic in (f"{prefix}shared", f"{prefix}{IDLE_POOL}", events_topic):
+        publisher.create_topic(name=f"projects/{PROJECT}/topics/{topic}")  # type: ignore[attr-defined]
+    port = int(os.environ.get("NOETL_LOCAL_PORT_BASE", "15430")) + 70
+    common = {
+        **env,
+        "NOETL_DATABASE_URL": url,
+        "NOETL_PROJECT_ID": PROJECT,
+        "NOETL_COMMAND_TOPIC_PREFIX": prefix,
+        "NOETL_EVENTS_TOPIC": events_topic,
+        "NOETL_POOLS": f"shared,{IDLE_POOL}",
+        "NOETL_INTERNAL_API_TOKEN": TOKEN,
+        "NOETL_PROJECTOR_PUSH_TOKEN": TOKEN,
+        "NOETL_LOG_LEVEL": "WARNING",
+    }
+    procs: list[subprocess.Popen[bytes]] = [start_role("execute", common, port, workers=2, threads=8)]
+    worker_env = {**common, "NOETL_API_URL": f"http://127.0.0.1:{port}", "NOETL_WORKER_PUSH_TOKEN": TOKEN}
+    procs.append(start_role("worker", {**worker_env, "NOETL_WORKER_ID": "scale-worker"}, port + 1, 2, 8))
+    procs.append(start_role("projector", common, port + 2, workers=1, threads=8))
+    subs = [
+        push_subscription(
+            subscriber, f"{prefix}shared", f"{prefix}shared-w", f"http://127.0.0.1:{port + 1}/?token={TOKEN}"
+        ),
+        push_subscription(subscriber, events_topic, f"{events_topic}-p", f"http://127.0.0.1:{port + 2}/?token={TOKEN}"),
+    ]
+    engine = create_engine(normalize_url(url), pool_size=4)
+    api = Api(f"http://127.0.0.1:{port}")
+    settings = Settings(database_url=url)
+    try:
+        api.register(PLAYBOOK)
+        size = bytes_per_execution(api, engine, settings, args.sample)
+        print(f"progress: bytes per execution {size['total']:.0f} before retention", flush=True)
+        settle(engine)
+        # Warm: connections, prepared statements, the catalog cache.
+        start_rate(api, engine, max(50, args.starts // 5), repeats=1)
+        rates = {0: start_rate(api, engine, args.starts)}
+        mid = args.executions // 3
+        seeded = 0
+        for target in (mid, args.executions):
+            begin = time.perf_counter()
+            seed(engine, size["template"], seeded, target - seeded)
+            print(f"seeded {target - seeded} executions in {time.perf_counter() - begin:.1f} s", flush=True)
+            seeded = target
+            rates[target] = start_rate(api, engine, args.starts)
+            print(
+                f"progress: start throughput at {target}: {rates[target]:.1f}/s (empty: {rates[0]:.1f}/s)", flush=True
+            )
+        fold = fold_against_write(api, engine, args.burst)
+        print(f"progress: fold {fold['folded_per_s']:.0f}/s, write {fold['written_per_s']:.0f}/s", flush=True)
+        loop_results = {}
+        for n in loops:
+            loop_results[n] = loop_cost(api, engine, n)
+            print(f"progress: loop of {n}: ratio {loop_results[n]['ratio']:.2f}", flush=True)
+        event_rows = scalar(engine, "SELECT count(*) FROM event")
+    finally:
+        for sub in subs:
+            subscriber.delete_subscription(subscription=sub)  # type: ignore[attr-defined]
+        engine.dispose()
+        for proc in reversed(procs):
+            stop_group(proc.pid)
+            proc.wait()
+
+    print(
+        f"bytes per 3-step execution ({args.sample} run through the worker; "
+        f"{size['counts']['event']} events, {size['counts']['command']} commands, {size['counts']['projection']} "
+        "projection rows each), on disk, after the published outbox rows are gone:"
+    )
+    for table in TABLES:
+        print(f"  {table:20} {size['per_table'][table]:10.0f}   after retention {size['after'][table]:8.0f}")
+    print(
+        f"  {'total':20} {size['total']:10.0f}   after retention {sum(size['after'].values()):8.0f}"
+        f"   (archive: {size['archived_per_execution']:.0f} bytes of Parquet per execution)"
+    )
+    print(f"  retention sweep: {size['retention']}")
+    print(f"start throughput (best of 2 x {args.starts} single starts, 8 threads; {event_rows} event rows at the end):")
+    for n, rate in rates.items():
+        print(f"  at {n:>8} executions: {rate:7.1f} executions/s   ratio to empty {rate / rates[0]:.2f}")
+    print(
+        f"burst of {args.burst} 3-step executions: {fold['written']} events written in {fold['window_s']:.1f} s "
+        f"({fold['written_per_s']:.0f}/s); the projector folded {fold['folded']} events over that window "
+        f"({fold['folded_per_s']:.0f}/s, of any execution); the burst's all folded {fold['catch_up_s']:.1f} s after"
+    )
+    for n, r in loop_results.items():
+        print(
+            f"sequential loop of {n}: first hundred {r['first_ms']:.1f} ms/iteration, last hundred "
+            f"{r['last_ms']:.1f} ms/iteration, ratio {r['ratio']:.2f} ({r['iterations']} iterations)"
+        )
+    largest = loop_results[max(loop_results)] if loop_results else {"ratio": 0.0}
+    if args.executions != 300_000:
+        print(f"(start_300k below is measured at {args.executions} executions: --executions)")
+    print(f"ratio start_300k: {rates[args.executions] / rates[0]:.2f}")
+    print(f"ratio projector_fold_to_write: {fold['folded_per_s'] / fold['written_per_s']:.2f}")
+    if not loop_results:
+        print("(no loop was run, --loops is empty: loop_last_to_first below is 0)")
+    print(f"ratio loop_last_to_first: {largest['ratio']:.2f}")
+    print(f"bytes per execution: {round(size['total'])}")
+
+
+if __name__ == "__main__":
+    main()
