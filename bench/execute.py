@@ -62,12 +62,13 @@ def admin(url: str, database: str = "postgres") -> pg8000.dbapi.Connection:
     return conn
 
 
-def fresh_database(base_url: str) -> str:
+def fresh_database(base_url: str, name: str = DB) -> str:
+    """Database ``name`` on the server of ``base_url``, dropped and created again, migrated; its URL."""
     conn = admin(base_url)
-    conn.cursor().execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-    conn.cursor().execute(f'CREATE DATABASE "{DB}"')
+    conn.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    conn.cursor().execute(f'CREATE DATABASE "{name}"')
     conn.close()
-    url = base_url.rsplit("/", 1)[0] + "/" + DB
+    url = base_url.rsplit("/", 1)[0] + "/" + name
     engine = create_db_engine(Settings(database_url=url), pool_size=1)
     upgrade(engine)
     engine.dispose()

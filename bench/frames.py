@@ -49,8 +49,8 @@ import pg8000.dbapi
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from noetl_cloud.db.engine import create_db_engine, normalize_url
-from noetl_cloud.db.migrate import upgrade
+import execute  # bench/execute.py: a fresh, migrated database
+from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.local.components import PROJECT_ID, StackError, pg_bindir
 from noetl_cloud.local.process import gunicorn_argv, http_ok, stop_group, wait_until
 from noetl_cloud.local.stack import LocalStack
@@ -254,15 +254,7 @@ def admin(url: str, database: str = "postgres") -> pg8000.dbapi.Connection:
 
 
 def fresh_database(base_url: str) -> str:
-    conn = admin(base_url)
-    conn.cursor().execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-    conn.cursor().execute(f'CREATE DATABASE "{DB}"')
-    conn.close()
-    url = base_url.rsplit("/", 1)[0] + "/" + DB
-    engine = create_db_engine(Settings(database_url=url), pool_size=1)
-    upgrade(engine)
-    engine.dispose()
-    return url
+    return execute.fresh_database(base_url, DB)
 
 
 def start_role(name: str, env: dict[str, str], port: int, workers: int = 2) -> subprocess.Popen[bytes]:

@@ -9,12 +9,9 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from execute import admin  # bench/execute.py
-from noetl_cloud.db.engine import create_db_engine
-from noetl_cloud.db.migrate import upgrade
+import execute  # bench/execute.py
 from noetl_cloud.envelope import utc_now
 from noetl_cloud.retention.partitions import first_id
-from noetl_cloud.settings import Settings
 
 DB = "bench_scale"
 
@@ -42,15 +39,7 @@ CLONED = (
 
 
 def fresh_database(base_url: str) -> str:
-    conn = admin(base_url)
-    conn.cursor().execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-    conn.cursor().execute(f'CREATE DATABASE "{DB}"')
-    conn.close()
-    url = base_url.rsplit("/", 1)[0] + "/" + DB
-    engine = create_db_engine(Settings(database_url=url), pool_size=1)
-    upgrade(engine)
-    engine.dispose()
-    return url
+    return execute.fresh_database(base_url, DB)
 
 
 def table_bytes(engine: Engine) -> dict[str, int]:
