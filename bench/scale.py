@@ -20,8 +20,8 @@ the projector. In order:
    burst against events folded per second by the projector role over the same window (the rise of the
    sum over executions of their highest projection version: a projector still folding the start runs'
    events is measured at the rate it folds them).
-   PLACEHOLDER (marked ``HOOK projector_fold``): bench/projector_fold.py, written in parallel, measures
-   the projector alone; when it lands this step should call it and print its ratio instead.
+   Folded is read from ``projection_tracking.version`` (the events each execution's projection has
+   folded). bench/projector_fold.py measures the projector role alone, in process, at the tip and behind.
 4. Sequential noop loops of each ``--loops`` length: per-iteration cost is the time from one
    iteration's command to the next's; the mean of the last hundred over the mean of the first hundred.
 
@@ -193,13 +193,12 @@ def start_rate(api: Api, engine: Engine, n: int, repeats: int = 2) -> float:
 
 
 def fold_against_write(api: Api, engine: Engine, burst: int) -> dict[str, float]:
-    # HOOK projector_fold: bench/projector_fold.py (another engineer's) measures the projector on its own;
-    # until it lands this is a simple measurement of ours over the whole stack.
-    # Written: the burst's events. Folded: every event the projector folded over the same window (the rise
-    # of the sum over executions of their highest projection version), whichever execution it belongs to:
-    # a projector still folding an earlier backlog is measured at the rate it folds, not at zero.
+    # The whole stack's figure (bench/projector_fold.py measures the projector alone). Written: the burst's
+    # events. Folded: every event the projector folded over the same window (the rise of the events its
+    # tracking rows count), whichever execution it belongs to: a projector still folding an earlier backlog
+    # is measured at the rate it folds, not at zero.
     lowest = first_id(utc_now())
-    folded_sql = "SELECT coalesce(sum(v), 0) FROM (SELECT max(version) AS v FROM projection GROUP BY execution_id) p"
+    folded_sql = "SELECT coalesce(sum(version), 0) FROM projection_tracking"
     folded_before = int(scalar(engine, folded_sql))
     begin = time.perf_counter()
     ids = api.batch("bench/three", burst)
@@ -207,10 +206,7 @@ def fold_against_write(api: Api, engine: Engine, burst: int) -> dict[str, float]
     window = time.perf_counter() - begin
     folded = int(scalar(engine, folded_sql)) - folded_before
     written = int(scalar(engine, "SELECT count(*) FROM event WHERE execution_id >= :lo", lo=lowest))
-    behind_sql = (
-        "SELECT coalesce(sum(v), 0) FROM (SELECT max(version) AS v FROM projection "
-        "WHERE execution_id >= :lo GROUP BY execution_id) p"
-    )
+    behind_sql = "SELECT coalesce(sum(version), 0) FROM projection_tracking WHERE execution_id >= :lo"
     caught_up = time.perf_counter()
     wait_until(lambda: int(scalar(engine, behind_sql, lo=lowest)) >= written, timeout=300, interval=1.0)
     return {
