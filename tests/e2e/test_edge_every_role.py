@@ -33,6 +33,7 @@ APPS = {
 #: Routes that take no body: a deep one is ignored, the answer is theirs.
 NO_BODY = {
     "/api/internal/reaper",
+    "/api/internal/retention",
     "/api/internal/outbox/sweep",
     "/api/internal/projector/catch-up",
     "/api/internal/frames/reap",

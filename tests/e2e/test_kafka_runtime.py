@@ -72,7 +72,8 @@ def test_two_runtimes_on_a_kafka_topic_run_every_record_once_with_header_directi
         produce(kafka_servers, kafka_topic, records(60, 40))  # only the survivor can take these
         assert wait_until(lambda: len(set(plane.message_ids())) >= 100, timeout=JOIN_S, interval=0.3), (
             len(set(plane.message_ids())),
-            plane.status(other_port),
+            _gaps(plane.message_ids()),
+            json.dumps(plane.status(other_port)),
         )
         runs = plane.executions()
         assert len(runs) == 100  # nothing lost, nothing run twice (the dedup window of the one registration)
@@ -84,3 +85,12 @@ def test_two_runtimes_on_a_kafka_topic_run_every_record_once_with_header_directi
     finally:
         stop_group(other.pid)
         other.wait()
+
+
+def _gaps(message_ids: list[str]) -> dict[str, list[int]]:
+    """Per partition, the offsets below its highest one that no execution carries (``topic/partition/offset``)."""
+    seen: dict[str, set[int]] = {}
+    for message_id in message_ids:
+        _topic, partition, offset = message_id.rsplit("/", 2)
+        seen.setdefault(partition, set()).add(int(offset))
+    return {p: sorted(set(range(max(offsets) + 1)) - offsets) for p, offsets in seen.items()}

@@ -59,19 +59,21 @@ class Consumer:
         self.on_assign: Any = None
         self.on_revoke: Any = None
         self.prefetched = False  # hand one record out even while paused (fetched before the pause)
+        self.assigned = True  # false between a rebalance's revoke and its assign
 
     def subscribe(self, _topics: list[str], on_assign: Any, on_revoke: Any) -> None:
         self.on_assign, self.on_revoke = on_assign, on_revoke
         on_assign(self, [object()])
 
     def assignment(self) -> list[str]:
-        return ["p0"]
+        return ["p0"] if self.assigned else []
 
     def pause(self, _partitions: list[str]) -> None:
         self.paused = True
 
-    def resume(self, _partitions: list[str]) -> None:
-        self.paused = False
+    def resume(self, partitions: list[Any]) -> None:
+        if partitions:  # resuming nothing (mid-rebalance) leaves the partition paused
+            self.paused = False
 
     def consume(self, num_messages: int, timeout: float) -> list[Record]:
         with self.lock:
@@ -190,5 +192,22 @@ def test_a_nacked_record_is_handed_again_with_the_next_attempt() -> None:
         assert wait_until(lambda: len(held) == 2, timeout=5, interval=0.05)  # after the first backoff (1 s)
         assert held[1].message.message_id == "clicks/0/0" and held[1].message.delivery_attempt == 2
         assert consumer.last_commit() in (None, 0)
+    finally:
+        source.close()
+
+
+def test_a_partition_handed_back_by_a_rebalance_is_read_again_though_it_was_paused_at_the_cap() -> None:
+    source, consumer, held = started(5, 2)
+    try:
+        assert wait_until(lambda: len(held) == 2 and consumer.paused, timeout=5, interval=0.01)
+        consumer.on_revoke(consumer, [type("TP", (), {"topic": TOPIC, "partition": 0})()])
+        consumer.assigned = False
+        for delivery in held:  # settled after the revoke: capacity frees while nothing is assigned
+            delivery.ack()
+        assert wait_until(lambda: source.stats()["paused"] == 0, timeout=5, interval=0.01)
+        assert consumer.paused  # its resume found no partition to resume
+        consumer.assigned = True
+        consumer.on_assign(consumer, [object()])
+        assert wait_until(lambda: len(held) >= 3, timeout=5, interval=0.01)  # read again, not stuck paused
     finally:
         source.close()

@@ -20,7 +20,8 @@ def test_every_job_targets_its_roles_url_and_a_role_without_url_has_no_job() -> 
     scheduler = Scheduler(URLS, lambda job: "http_200")
     assert {n: s.target for n, s in scheduler.states.items()} == {j.name: URLS[j.role] + j.path for j in JOBS}
     partial = Scheduler({"execute": "http://e/"}, lambda job: "http_200")
-    assert set(partial.states) == {"outbox-sweep", "command-reaper"}
+    assert set(partial.states) == {j.name for j in JOBS if j.role == "execute"}
+    assert {"outbox-sweep", "command-reaper", "retention"} <= set(partial.states)
     assert partial.states["outbox-sweep"].target == "http://e/api/internal/outbox/sweep"
 
 
@@ -87,7 +88,7 @@ def test_the_scheduler_calls_the_routes_with_the_bearer_token_at_its_cadence_and
         assert wait_until(lambda: scheduler.states["spool-drainer"].runs >= 2, timeout=10)
     finally:
         scheduler.stop()
-    assert {c[1] for c in role.calls} == {"/api/internal/reaper", "/api/internal/outbox/sweep"}
+    assert {c[1] for c in role.calls} == {j.path for j in JOBS if j.role == "execute"}
     assert all(c[0] == "POST" and c[2] == "Bearer tok" and c[3] == {} for c in role.calls)
     port = server.server_address[1]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as response:

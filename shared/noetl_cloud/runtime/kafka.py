@@ -159,7 +159,11 @@ class KafkaSource:
                 ) from None
         return self._consumer
 
-    def _assigned(self, _consumer: Any, partitions: list[Any]) -> None:
+    def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
+        """New partitions start unpaused: a pause taken before the rebalance (at the cap) must not stay on a
+        partition handed back to this consumer, while the flag says nothing is paused (the partition would
+        never be read again); the next poll pauses them again if the cap is still reached."""
+        consumer.resume(partitions)
         with self._lock:
             self._generation += 1
             self._paused = False
