@@ -160,6 +160,10 @@ class Ours:
             "NOETL_SECRET_BENCH": self.secret,
             "NOETL_LOG_LEVEL": "WARNING",
             "NOETL_DB_POOL_SIZE": "8",
+            # The product's defaults whatever the stack runs with (it records spans and metrics
+            # locally): the peer has no telemetry, and bench/telemetry.py prices ours on its own.
+            "NOETL_TRACING": "off",
+            "NOETL_METRICS": "off",
         }
 
     @contextmanager

@@ -5,6 +5,9 @@ Locally the engine connects with a plain DSN (``NOETL_DATABASE_URL``); in Google
 optional IAM database authentication). The pool is small: Cloud Run scales by instances, and
 each instance should hold only a few connections.
 
+A URL's libpq ``sslmode`` is honoured, and TLS contexts are built once per process (see
+:mod:`noetl_cloud.db.tls`).
+
 pg8000 does not set ``TCP_NODELAY``; with Nagle's algorithm on, a statement of a few KB waits for
 the server's delayed ACK (~40 ms) before its last segment leaves. Every new connection sets it.
 
@@ -35,6 +38,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 
+from noetl_cloud.db.tls import tls_engine
 from noetl_cloud.errors import ConfigError
 from noetl_cloud.settings import Settings
 
@@ -223,7 +227,7 @@ def create_db_engine(settings: Settings, *, plan_cache_mode: str = "force_custom
     else:
         settings.require("database_url")
         assert settings.database_url is not None
-        engine = create_engine(normalize_url(settings.database_url), **options)
+        engine = tls_engine(normalize_url(settings.database_url), **options)
     event.listen(engine, "connect", lambda conn, _record: set_tcp_nodelay(conn))
     ping_when_idle(engine)
     if settings.db_prepared_statements:

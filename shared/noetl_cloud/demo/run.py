@@ -83,9 +83,8 @@ class Channel:
 
 class Demo:
     def __init__(self, env: Mapping[str, str], stack: Any, options: Options, say: Callable[[str], None]) -> None:
-        from sqlalchemy import create_engine
-
         from noetl_cloud.db.engine import normalize_url
+        from noetl_cloud.db.tls import tls_engine
 
         self.env = dict(env)
         self.stack = stack
@@ -94,9 +93,9 @@ class Demo:
         self.run_id = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
         self.api = setup.api_client(env)
         self.http = urllib3.PoolManager(maxsize=8)
-        self.db = create_engine(normalize_url(env["NOETL_DATABASE_URL"]), pool_size=2)
+        self.db = tls_engine(normalize_url(env["NOETL_DATABASE_URL"]), pool_size=2)
         self.demo_dsn = setup.demo_database_url(env["NOETL_DATABASE_URL"])
-        self.demo_db = create_engine(normalize_url(self.demo_dsn), pool_size=1)
+        self.demo_db = tls_engine(normalize_url(self.demo_dsn), pool_size=1)
         self.secrets = setup.ensure_secrets(Path(env["NOETL_SECRETS_DIR"]))
         self.base = stack.port_base
         self.ingress_url = f"http://127.0.0.1:{self.base + port_of('ingress')}"

@@ -41,10 +41,11 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Engine, TextClause, create_engine, event, exc, text
+from sqlalchemy import Engine, TextClause, event, exc, text
 from sqlalchemy.engine import URL
 
 from noetl_cloud.db.engine import normalize_url, set_tcp_nodelay
+from noetl_cloud.db.tls import split_tls, tls_engine
 from noetl_cloud.engine.outcome import Outcome, ToolCall
 from noetl_cloud.errors import ConfigError
 
@@ -136,7 +137,7 @@ class PostgresTool:
         with self._lock:
             engine = self._engines.get(url)
             if engine is None:
-                engine = create_engine(url, **self.pool_options)
+                engine = tls_engine(url, **self.pool_options)
                 event.listen(engine, "connect", lambda conn, _record: set_tcp_nodelay(conn))
                 self._engines[url] = engine
             return engine
@@ -194,7 +195,9 @@ def credential_url(keychain: Mapping[str, Any], alias: Any) -> str:
             dsn = str(entry["dsn"])
             if dsn.startswith("postgres://"):  # libpq's short scheme; SQLAlchemy 2 knows only postgresql
                 dsn = "postgresql://" + dsn.removeprefix("postgres://")
-            return normalize_url(dsn)
+            url = normalize_url(dsn)
+            split_tls(url)  # an sslmode libpq does not know is the entry's fault
+            return url
         missing = [key for key in ("host", "user", "database") if not entry.get(key)]
         if missing:
             raise _TaskError("bad_credential", f"keychain entry '{alias}' needs `dsn` or {', '.join(missing)}")
@@ -206,7 +209,9 @@ def credential_url(keychain: Mapping[str, Any], alias: Any) -> str:
             host=str(entry["host"]),
             port=int(port) if port not in (None, "") else None,
             database=str(entry["database"]),
+            query={"sslmode": str(entry["sslmode"])} if entry.get("sslmode") else {},
         )
+        split_tls(url)
     except (ConfigError, exc.ArgumentError, TypeError, ValueError):
         # Never echo the entry: it holds the password.
         raise _TaskError("bad_credential", f"keychain entry '{alias}' is not a valid PostgreSQL address") from None
