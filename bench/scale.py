@@ -58,6 +58,7 @@ from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.retention.partitions import ensure_ahead, first_id
 from noetl_cloud.retention.service import RetentionService
 from noetl_cloud.settings import Settings
+from noetl_cloud.web.client import ApiClient, static_token
 from scale_db import CLONED, TABLES, fresh_database, scalar, seed, settle, table_bytes
 
 TOKEN = secrets.token_hex(16)
@@ -77,9 +78,14 @@ workflow:
 
 
 class Api:
+    """The control plane, through the product's own client (web/client.py): it opens a new connection
+    when the server closed a kept-alive one (gunicorn closes them after 2 idle seconds), where a bare
+    urllib3 pool raised "Connection reset by peer" in the middle of a run."""
+
     def __init__(self, base: str) -> None:
         self.base = base
-        self.http = urllib3.PoolManager(maxsize=16)
+        self.api = ApiClient(base, token_source=static_token(TOKEN), timeout_s=60, pool_maxsize=16)
+        self.http = urllib3.PoolManager(maxsize=1)
         self.auth = {"Authorization": f"Bearer {TOKEN}"}
 
     def register(self, playbook: str) -> None:
@@ -92,18 +98,18 @@ class Api:
         body: dict[str, Any] = {"path": path}
         if pool:
             body["execution_pool"] = pool
-        answer = self.http.request("POST", self.base + "/api/execute", json=body, headers=self.auth)
-        assert answer.status in (200, 201, 202), answer.data
-        return str(answer.json()["execution_id"])
+        answer = self.api.post("/api/execute", body)
+        assert answer.status in (200, 201, 202), answer.json
+        return str(answer.json["execution_id"])
 
     def batch(self, path: str, n: int) -> list[str]:
         started: list[str] = []
         for offset in range(0, n, 100):
             size = min(100, n - offset)
             body = {"executions": [{"path": path, "workload": {"i": offset + i}} for i in range(size)]}
-            answer = self.http.request("POST", self.base + "/api/execute/batch", json=body, headers=self.auth)
-            assert answer.status == 200, answer.data
-            started += [str(r["execution_id"]) for r in answer.json()["results"]]
+            answer = self.api.post("/api/execute/batch", body)
+            assert answer.status == 200, answer.json
+            started += [str(r["execution_id"]) for r in answer.json["results"]]
         return started
 
 

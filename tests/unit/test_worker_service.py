@@ -455,3 +455,25 @@ def test_a_command_handed_back_without_its_workload_runs_with_the_one_the_worker
     assert service(api).handle(note(first)) == Handled("reported", "3001", "ok")
     assert api.reports[0]["has_workload"] is True  # so the control plane left it out of the second
     assert [r["result"] for r in api.reports] == ["hello", "hello"]
+
+
+def test_the_notification_of_a_command_a_report_handed_over_is_acked_without_a_claim() -> None:
+    api = InMemoryControlPlane(now=lambda: NOW)
+    first, second = [api.add_command(adhoc({"n": {"kind": "noop"}}, command_id=str(3001 + i))) for i in range(2)]
+    svc = service(api)
+    assert svc.handle(note(first)) == Handled("reported", "3001", "ok")
+    assert [r["command_id"] for r in api.reports] == ["3001", "3002"]  # the second was handed over and run
+    claims = len(api.calls_to("claim"))
+    assert svc.handle(note(second)) == Handled("already_claimed", "3002")  # its notification, arriving late
+    assert len(api.calls_to("claim")) == claims  # no claim asked for it
+    assert len(api.reports) == 2  # and it did not run again
+
+
+def test_the_notification_of_a_re_issued_attempt_of_a_handed_command_is_claimed_and_run() -> None:
+    api = InMemoryControlPlane(now=lambda: NOW)
+    first, second = [api.add_command(adhoc({"n": {"kind": "noop"}}, command_id=str(3001 + i))) for i in range(2)]
+    svc = service(api)
+    svc.handle(note(first))
+    second.update(status="issued", attempt=2, worker_id=None)  # the reaper issued it again
+    assert svc.handle({**note(second), "attempt": 2}) == Handled("reported", "3002", "ok")
+    assert [r["command_id"] for r in api.reports] == ["3001", "3002", "3002"]

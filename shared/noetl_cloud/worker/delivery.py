@@ -1,9 +1,12 @@
 """What one push delivery carries and what became of it: the command notification a worker reads
-(:class:`Notification`), the outcome Pub/Sub acks (:class:`Handled`), and the errors that decide
+(:class:`Notification`), the outcome Pub/Sub acks (:class:`Handled`), the commands handed over
+without a delivery (:class:`HandedOver`), and the errors that decide
 between "never retried" (:class:`BadNotification`, 400) and "redelivered" (:class:`ControlPlaneRefused`)."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -90,6 +93,36 @@ class Handled:
         if self.status is not None:
             body["status"] = self.status
         return body
+
+
+class HandedOver:
+    """The (command id, attempt) pairs the control plane handed this process in report answers, the
+    last ``size`` of them. A command handed over from its pool's queue still has its notification on
+    the way; when it arrives, this process already holds the claim and acks it without asking the
+    control plane (whose answer would be ``already_claimed``). A re-issued command comes with the next
+    attempt, which this process was never handed, so it is claimed as any other. Thread-safe."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._pairs: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, command: Mapping[str, Any]) -> None:
+        """Remember a handed command document (one without a command id or attempt is not remembered)."""
+        cid, attempt = command.get("command_id"), command.get("attempt")
+        if cid is None or not isinstance(attempt, int) or isinstance(attempt, bool):
+            return
+        with self._lock:
+            self._pairs[(str(cid), attempt)] = None
+            while len(self._pairs) > self._size:
+                self._pairs.popitem(last=False)
+
+    def holds(self, note: Notification) -> bool:
+        """Whether ``note`` announces a command attempt this process was handed."""
+        if note.attempt is None:
+            return False
+        with self._lock:
+            return (note.command_id, note.attempt) in self._pairs
 
 
 def _text(value: Any) -> str | None:

@@ -51,8 +51,8 @@ from noetl_cloud.observability import TraceContext, current_trace, execution_sco
 from noetl_cloud.web.client import ApiResponse, UpstreamUnavailable, segment
 from noetl_cloud.worker.delivery import BadNotification as BadNotification
 from noetl_cloud.worker.delivery import ControlPlaneRefused as ControlPlaneRefused
+from noetl_cloud.worker.delivery import HandedOver, HandledOutcome
 from noetl_cloud.worker.delivery import Handled as Handled
-from noetl_cloud.worker.delivery import HandledOutcome
 from noetl_cloud.worker.delivery import Notification as Notification
 from noetl_cloud.worker.heartbeat import Heartbeat, StoppableClock
 from noetl_cloud.worker.port import ControlPlaneApi, error_code, error_message
@@ -123,6 +123,7 @@ class WorkerService:
         self.payloads = payloads  # where frame rows go as Arrow IPC
         self.eager_budget_s = eager_budget_s  # how long one delivery keeps taking next commands (0: never)
         self.slots = Slots(eager_slots)  # threads for the further commands a report hands over
+        self.handed = HandedOver()  # what report answers handed over, whose notifications need no claim
 
     # -- one delivery ------------------------------------------------------------------------------
 
@@ -140,6 +141,9 @@ class WorkerService:
 
     def _handle(self, note: Notification) -> Handled:
         cid = note.command_id
+        if self.handed.holds(note):  # a report's answer gave it to this process: the claim is ours
+            log.info("notified command already handed to this worker", extra={"command_id": cid})
+            return Handled("already_claimed", cid)
         claim = self._call("POST", f"/api/commands/{segment(cid)}/claim", {"worker_id": self.worker_id})
         if not claim.ok:
             return self._claim_refused(note, claim)
@@ -237,6 +241,8 @@ class WorkerService:
             raise
         handed = answer.json.get("next") if answer.ok and isinstance(answer.json, dict) else None
         commands = [c for c in handed if isinstance(c, dict)] if isinstance(handed, list) else []
+        for handed_command in commands:
+            self.handed.add(handed_command)
         for same in commands:
             scope = same.get("scope")
             if (
