@@ -175,6 +175,27 @@ def test_a_report_fills_the_workers_free_slots_with_its_next_step_then_the_oldes
     assert client.post("/api/events", json={**report, "accept_next": True, "next_slots": 32}).status_code == 200
 
 
+def test_a_report_claims_for_free_slots_only_when_a_command_waits_in_its_pool(
+    client: FlaskClient, plane: ControlPlane, topics: Topics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(client, chain_playbook("hot/probe", 3))
+    register(client, chain_playbook("hot/one", 1))
+    claims: list[int] = []
+    claim_queued = plane.orchestrator.claim_queued
+
+    def counting(pool: str, worker_id: str, limit: int = 1) -> list[dict[str, Any]]:
+        claims.append(limit)
+        return claim_queued(pool, worker_id, limit)
+
+    monkeypatch.setattr(plane.orchestrator, "claim_queued", counting)
+    mine = client.post("/api/execute", json={"path": "hot/probe"}).get_json()["execution_id"]
+    (second,) = _report(client, _claim_first(client, plane, mine), next_slots=3)["next"]
+    assert claims == []  # its next step and nothing waiting: no claim transaction
+    waiting = client.post("/api/execute", json={"path": "hot/one"}).get_json()["execution_id"]
+    third, queued = _report(client, second, next_slots=3)["next"]
+    assert claims == [2] and queued["execution_id"] == waiting and third["execution_id"] == mine
+
+
 def test_an_eagerly_handed_command_whose_worker_died_is_issued_again_by_the_reaper(
     client: FlaskClient, plane: ControlPlane, topics: Topics, sent: list[OutboundMessage]
 ) -> None:

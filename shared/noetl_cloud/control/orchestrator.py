@@ -181,7 +181,7 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
         command_id = int(body.command_id)
         with self.engine.begin() as conn:
             state = self._lock_execution_of(conn, command_id)
-            cmd = self._lock_command(conn, command_id)
+            cmd = self._lock_command(conn, command_id, state.pool, *self.tenant)
             if cmd.status in ENDED:
                 return {"accepted": False, "duplicate": True, "execution_status": state.status}
             if (
@@ -227,8 +227,11 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
             eager = self._hand_next(turn, body.worker_id) if body.accept_next else None
             rows = self.write(conn, turn)
             handed = [self._command_document(conn, eager, not body.has_workload)] if eager is not None else []
+            # Commands waiting in the pool when the lock was taken, or notified by this turn. One issued
+            # since by another transaction is missed here and reaches a worker by its notification.
+            waiting = bool(cmd.queued or turn.notes)
         self.relay.hand_off(rows)
-        if body.accept_next and len(handed) < body.next_slots:  # its free slots: the oldest commands waiting
+        if body.accept_next and waiting and len(handed) < body.next_slots:  # free slots: the oldest waiting
             handed += self.claim_queued(state.pool, body.worker_id, body.next_slots - len(handed))
         return {"accepted": True, "duplicate": False, "execution_status": state.status, "next": handed}
 
@@ -265,8 +268,13 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
         )
 
     @staticmethod
-    def _lock_command(conn: Connection, command_id: int) -> Any:
-        """Lock a command, with the number of its execution's open commands (``open_commands``).
+    def _lock_command(
+        conn: Connection, command_id: int, pool: str | None = None, tenant: str | None = None, org: str | None = None
+    ) -> Any:
+        """Lock a command, with the number of its execution's open commands (``open_commands``) and
+        whether any command waits in ``pool`` (``queued``: the report's answer claims some for the
+        worker's free slots only then, so a report with none waiting costs no claim transaction; false
+        without a pool).
 
         Called with the execution's row locked, and counted by this statement, not by the one that
         took that lock: a statement that waited for a row lock keeps the snapshot it started with, so a
@@ -279,10 +287,12 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
                 "SELECT command_id, execution_id, kind, step, status, attempt, max_attempts, worker_id, args, "
                 "step_run_id, iteration, lease_expires_at < now() AS expired, "
                 "(SELECT count(*) FROM command o WHERE o.execution_id = command.execution_id "
-                " AND o.status IN ('issued', 'claimed', 'started')) AS open_commands "
+                " AND o.status IN ('issued', 'claimed', 'started')) AS open_commands, "
+                "EXISTS (SELECT 1 FROM command q WHERE q.status = 'issued' AND q.tenant_id = :t "
+                " AND q.organization_id = :o AND q.execution_pool = :pool) AS queued "
                 "FROM command WHERE command_id = :id FOR UPDATE"
             ),
-            {"id": command_id},
+            {"id": command_id, "pool": pool, "t": tenant, "o": org},
         ).one()
 
     def _terminate(

@@ -62,7 +62,13 @@ class Reaper:
         def _lock_execution(self, conn: Connection, execution_id: int) -> ExecState: ...
 
         @staticmethod
-        def _lock_command(conn: Connection, command_id: int) -> Any: ...
+        def _lock_command(
+            conn: Connection,
+            command_id: int,
+            pool: str | None = None,
+            tenant: str | None = None,
+            org: str | None = None,
+        ) -> Any: ...
 
         def _terminate(
             self,

@@ -195,9 +195,9 @@ def credential_url(keychain: Mapping[str, Any], alias: Any) -> str:
             dsn = str(entry["dsn"])
             if dsn.startswith("postgres://"):  # libpq's short scheme; SQLAlchemy 2 knows only postgresql
                 dsn = "postgresql://" + dsn.removeprefix("postgres://")
-            url = normalize_url(dsn)
-            split_tls(url)  # an sslmode libpq does not know is the entry's fault
-            return url
+            normalized = normalize_url(dsn)
+            split_tls(normalized)  # an sslmode libpq does not know is the entry's fault
+            return normalized
         missing = [key for key in ("host", "user", "database") if not entry.get(key)]
         if missing:
             raise _TaskError("bad_credential", f"keychain entry '{alias}' needs `dsn` or {', '.join(missing)}")
