@@ -96,6 +96,20 @@ class KeyValueContract:
         assert again.expires_at == clock() + timedelta(seconds=60)
         assert store.get(key) == again
 
+    def test_get_many_reads_each_key_as_get_does(self, store: KeyValueStore, clock: FakeClock) -> None:
+        live, short, missing = new_key(), new_key(), new_key()
+        store.create(live, {"n": 1})
+        store.create(short, {"n": 2}, ttl_s=5)
+        clock.advance(5)  # ``short`` expired
+        keys = [live, short, missing, f"{live}/ü"]
+        store.create(keys[3], {"n": 4})
+        read = store.get_many(keys)
+        assert list(read) == keys and read == {key: store.get(key) for key in keys}
+        assert (
+            (read[live] is not None and read[live].value == {"n": 1}) and read[short] is None and read[missing] is None
+        )
+        assert store.get_many([]) == {}
+
     def test_values_round_trip_as_json_and_reads_are_copies(self, store: KeyValueStore) -> None:
         key = new_key()
         value = {"ünï": "cödé", "nested": [[1, 2], [3.5, None]], "flag": True, "n": 10**15, "m": {"": {"a/b": []}}}

@@ -60,6 +60,7 @@ def test_up_status_second_up_and_down(state: Path) -> None:
     assert "started in" not in second.stdout
     assert {s["name"]: s["pid"] for s in json.loads(cli(state, "status", "--json").stdout)} == pids
 
+    cli(state, "up")  # without roles, as the test suite brings the stack up: the running roles stay described
     env = cli(state, "env").stdout
     assert f"PUBSUB_EMULATOR_HOST='127.0.0.1:{int(PORT_BASE) + 5}'" in env
     assert f"@127.0.0.1:{int(PORT_BASE) + 2}/noetl'" in env

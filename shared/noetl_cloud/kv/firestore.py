@@ -46,7 +46,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -277,6 +277,29 @@ class FirestoreKeyValueStore(TransactionalStore):
             return entry
         self._purge(ref, snapshot)
         return None
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, Entry | None]:
+        """One ``BatchGetDocuments`` call for all of ``keys`` (a single get is one such call too)."""
+        for key in keys:
+            check_key(key)
+        return self._run(lambda: self._read_many(keys))
+
+    def _read_many(self, keys: Sequence[str]) -> dict[str, Entry | None]:
+        refs = {document_id(key): (key, self._ref(key)) for key in keys}
+        found: dict[str, Entry | None] = dict.fromkeys(keys)
+        snapshots = self._firestore().get_all(
+            [ref for _key, ref in refs.values()], retry=self._read_retry(), timeout=self.timeout_s
+        )
+        for snapshot in snapshots:
+            key, ref = refs[snapshot.id]
+            stored = self._stored(key, snapshot)
+            if stored is None:
+                continue
+            if is_live(stored[0].expires_at, self._now()):
+                found[key] = stored[0]
+            else:
+                self._purge(ref, snapshot)
+        return found
 
     def _purge(self, ref: Any, snapshot: Any) -> None:
         """Delete an expired document unless it changed since it was read; best effort."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol, runtime_checkable
@@ -108,6 +108,11 @@ class KeyValueStore(Protocol):
 
     def get(self, key: str) -> Entry | None:
         """The live entry of ``key``, or ``None`` when it is absent or expired."""
+        ...
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, Entry | None]:
+        """The live entry (or ``None``) of each of ``keys``, read together: one round trip where the
+        store can (Firestore's batch get), so a hot path that needs two documents waits for one."""
         ...
 
     def create(self, key: str, value: dict[str, Any], *, ttl_s: float | None = None) -> Entry | None:
@@ -252,6 +257,10 @@ class TransactionalStore(ABC):
     @abstractmethod
     def get(self, key: str) -> Entry | None:
         """See :meth:`KeyValueStore.get`."""
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, Entry | None]:
+        """See :meth:`KeyValueStore.get_many` (here one read after another)."""
+        return {key: self.get(key) for key in keys}
 
     def create(self, key: str, value: dict[str, Any], *, ttl_s: float | None = None) -> Entry | None:
         put = Put(encode_value(check_key(key), value), check_ttl(ttl_s))

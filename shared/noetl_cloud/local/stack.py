@@ -211,6 +211,8 @@ class LocalStack:
             if RUNTIME in roles:
                 self._start((RUNTIME,), role_comps, recorded, state, echo)
             self._start((SCHEDULER,), {SCHEDULER: self.scheduler_component(env)}, recorded, state, echo)
+        elif self._roles_running(recorded, env):
+            env.update(self._role_env(env))  # roles started earlier still run: the file keeps describing them
         self._write_env(env)
         echo(f"stack up in {time.monotonic() - total:.2f} s; environment: {self.env_file}")
         return env
@@ -246,6 +248,15 @@ class LocalStack:
             recorded[name] = {"pid": pid, "port": comp.port, "startup_seconds": seconds, "started_at": time.time()}
             self._save(state)
             echo(f"{name:<10} started in {seconds:5.2f} s  port {comp.port}  (pid {pid})")
+
+    def _roles_running(self, recorded: dict[str, Any], env: dict[str, str]) -> bool:
+        """Whether a role this state folder started still runs (``up`` without roles, as the test
+        suite calls it, must not drop their settings from the environment file)."""
+        roles = [name for name in ROLE_PORTS if name in recorded]
+        if not roles:
+            return False
+        comps = self.role_components(roles, {**env, **self._role_env(env)})
+        return any(process.alive(recorded[name].get("pid"), comps[name].marker) for name in roles if name in comps)
 
     def _role_env(self, env: dict[str, str]) -> dict[str, str]:
         """What the roles need beyond the stack: the internal API token (made once per state

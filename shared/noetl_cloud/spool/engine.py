@@ -184,17 +184,20 @@ class SpoolEngine:
         """
         spool = target.spool
         breaker = self.breaker(target)
-        state = breaker.state()
+        # The circuit and the backlog mark in one read (one Firestore call per delivery, not two).
+        backlog_key = BACKLOG_PREFIX + target.subscription
+        read = self.kv.get_many([breaker.key, backlog_key])
+        state, backlog = CircuitState.from_entry(read[breaker.key]), read[backlog_key] is not None
         holder = self.holder()
         if state.state == "closed":
-            if not may_interleave(spool.drain.on_recovery, spool.ordering) and self.backlog(target.subscription):
+            if not may_interleave(spool.drain.on_recovery, spool.ordering) and backlog:
                 if lane is not None and not self._lane_waits(target, lane):
                     return Gate("dispatch", holder, state=state)
                 # A drain that ended while this traffic kept spooling left the mark: drain again now.
                 self._nudge(target)
                 return Gate("spool", holder, "draining", state)
             return Gate("dispatch", holder, state=state)
-        if not self.backlog(target.subscription):
+        if not backlog:
             decision = breaker.allow(
                 holder,
                 mode=spool.mode,
