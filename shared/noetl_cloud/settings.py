@@ -142,6 +142,8 @@ class Settings(BaseModel):
     # The wallet.
     secrets_backend: Literal["local", "secret_manager"] = "local"
     secrets_dir: str | None = None
+    # A task's ``auth: <alias>`` is the wallet secret ``<prefix><alias>`` (secrets/keychain.py).
+    keychain_prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")] = "keychain-"
 
     # Emulators (standard variable names of the Google Cloud clients).
     pubsub_emulator_host: str | None = Field(default=None, json_schema_extra=_env("PUBSUB_EMULATOR_HOST"))

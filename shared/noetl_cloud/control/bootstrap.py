@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 
 from sqlalchemy import Engine
 
@@ -23,6 +22,7 @@ from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.messaging.port import Publisher
 from noetl_cloud.replay.service import ReplayService
 from noetl_cloud.retention.service import RetentionService
+from noetl_cloud.secrets import resolver_from_settings
 from noetl_cloud.secrets.port import SecretResolver
 from noetl_cloud.settings import Settings
 
@@ -124,16 +124,7 @@ class ControlPlane:
 
     @cached_property
     def secrets(self) -> SecretResolver:
-        if self.settings.secrets_backend == "secret_manager":
-            from noetl_cloud.secrets.secret_manager import SecretManagerSecrets
-
-            self.settings.require("project_id")
-            assert self.settings.project_id is not None
-            return SecretManagerSecrets(self.settings.project_id)
-        from noetl_cloud.secrets.local import LocalSecrets
-
-        folder = Path(self.settings.secrets_dir) if self.settings.secrets_dir else None
-        return LocalSecrets(self.env, folder)
+        return resolver_from_settings(self.settings, self.env)
 
     @cached_property
     def listeners(self) -> ListenerService:

@@ -80,8 +80,9 @@ def auth_from_settings(settings: Settings) -> InternalAuth:
     return push_auth(settings, "worker")
 
 
-def service_from_settings(settings: Settings) -> WorkerService:
-    """The worker service calling the control plane at ``NOETL_API_URL`` with the built-in tools."""
+def service_from_settings(settings: Settings, env: Mapping[str, str] | None = None) -> WorkerService:
+    """The worker service calling the control plane at ``NOETL_API_URL`` with the built-in tools; task
+    credentials (``auth:`` aliases) resolved through the wallet (``env``: its ``NOETL_SECRET_*``)."""
     from noetl_cloud.telemetry.tools import traced_tools
     from noetl_cloud.tools.registry import default_registry
 
@@ -97,7 +98,10 @@ def service_from_settings(settings: Settings) -> WorkerService:
         frames_token = token if settings.internal_api_token is not None else google_id_token_source(settings.frames_url)
         frames = ApiClient(settings.frames_url, token_source=frames_token, timeout_s=10.0, retries=3)
     from noetl_cloud.payload.bootstrap import payload_store
+    from noetl_cloud.secrets import resolver_from_settings
+    from noetl_cloud.secrets.keychain import SecretKeychain
 
+    keychain = SecretKeychain(resolver_from_settings(settings, env or {}), prefix=settings.keychain_prefix)
     return WorkerService(
         api,
         worker_id=settings.worker_id or default_worker_id(settings.worker_pool),
@@ -107,6 +111,7 @@ def service_from_settings(settings: Settings) -> WorkerService:
         eager_slots=settings.worker_eager_slots,
         frames=frames,
         payloads=payload_store(settings),
+        keychain=keychain,
     )
 
 
@@ -115,7 +120,7 @@ def app_from_env(env: Mapping[str, str]) -> Flask:
     settings = Settings.from_env(env, role="worker")
     configure_logging(settings.log_level, project_id=settings.project_id, role="worker")
     auth = auth_from_settings(settings)
-    service = service_from_settings(settings)
+    service = service_from_settings(settings, env)
     log.info(
         "worker ready",
         extra={"worker_id": service.worker_id, "pool": settings.worker_pool, "auth": list(auth.methods)},
