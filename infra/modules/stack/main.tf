@@ -54,6 +54,7 @@ locals {
     outbox_sweep        = { role = "execute", method = "POST", path = "/api/internal/outbox/sweep" }
     command_reaper      = { role = "execute", method = "POST", path = "/api/internal/reaper" }
     retention           = { role = "execute", method = "POST", path = "/api/internal/retention" }
+    subscription_tick   = { role = "execute", method = "POST", path = "/api/internal/subscriptions/tick" }
     frame_reaper        = { role = "frames", method = "POST", path = "/api/internal/frames/reap" }
     projector_catch_up  = { role = "projector", method = "POST", path = "/api/internal/projector/catch-up" }
     spool_drain         = { role = "spool_drainer", method = "POST", path = "/drain" }

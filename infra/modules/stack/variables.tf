@@ -269,13 +269,13 @@ variable "scheduled_subscriptions" {
 }
 
 variable "maintenance_schedules" {
-  description = "Cron schedules overriding the built-in jobs' own (shared/noetl_cloud/maintenance/schedule.py, docs/operations.md), keyed outbox_sweep, command_reaper, retention, frame_reaper, projector_catch_up, drainer."
+  description = "Cron schedules overriding the built-in jobs' own (shared/noetl_cloud/maintenance/schedule.py, docs/operations.md), keyed outbox_sweep, command_reaper, retention, subscription_tick, frame_reaper, projector_catch_up, drainer."
   type        = map(string)
   default     = {}
 
   validation {
-    condition     = alltrue([for k in keys(var.maintenance_schedules) : contains(["outbox_sweep", "command_reaper", "retention", "frame_reaper", "projector_catch_up", "drainer"], k)])
-    error_message = "maintenance_schedules keys are outbox_sweep, command_reaper, retention, frame_reaper, projector_catch_up and drainer."
+    condition     = alltrue([for k in keys(var.maintenance_schedules) : contains(["outbox_sweep", "command_reaper", "retention", "subscription_tick", "frame_reaper", "projector_catch_up", "drainer"], k)])
+    error_message = "maintenance_schedules keys are outbox_sweep, command_reaper, retention, subscription_tick, frame_reaper, projector_catch_up and drainer."
   }
 }
 
