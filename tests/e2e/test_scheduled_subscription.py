@@ -89,6 +89,13 @@ def test_the_stacks_scheduler_polls_a_scheduled_subscription_pause_stops_it_resu
     registered = stack_api.post("/api/subscriptions/register", json={"path": path})
     registered.raise_for_error()
     sub_id = registered.json["subscription_id"]
+    try:
+        _scheduled_flow(stack_api, publisher, topic, path, sub_id)
+    finally:  # no subscription left active over a deleted source for later ticks
+        stack_api.post(f"/api/subscriptions/{sub_id}/deactivate")
+
+
+def _scheduled_flow(stack_api: ApiClient, publisher: Any, topic: str, path: str, sub_id: str) -> None:
     stack_api.post(f"/api/subscriptions/{sub_id}/activate").raise_for_error()
 
     def publish(first: int, count: int) -> None:
