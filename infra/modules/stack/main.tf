@@ -326,6 +326,7 @@ module "iam" {
     db_admin_secret      = local.db_admin_secret
     webhook_secrets      = var.webhook_secrets
     source_subscriptions = toset([for s in values(var.runtime_subscriptions) : s.source_subscription if s.source_subscription != null])
+    scheduled_sources    = var.scheduled_sources
     artifact_registry = {
       location   = google_artifact_registry_repository.images.location
       repository = google_artifact_registry_repository.images.repository_id

@@ -252,6 +252,17 @@ variable "operators" {
   }
 }
 
+variable "scheduled_sources" {
+  description = "Full ids (projects/<p>/subscriptions/<s>) of the Pub/Sub subscriptions that activation: scheduled subscriptions poll: the execute role's subscription tick pulls them, so its account is granted pubsub.subscriber on each (docs/runtime.md, Scheduled subscriptions)."
+  type        = set(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for s in var.scheduled_sources : can(regex("^projects/[^/]+/subscriptions/[^/]+$", s))])
+    error_message = "Each scheduled source is a full subscription id: projects/<project>/subscriptions/<name>."
+  }
+}
+
 variable "scheduled_subscriptions" {
   description = "Playbooks started on a schedule, keyed by job name: cron schedule, catalog path, workload as a JSON object text, time zone."
   type = map(object({
