@@ -176,3 +176,53 @@ def test_the_tick_and_the_schedule_are_routes_of_the_execute_role(client: FlaskC
     [job] = schedule.json["jobs"]
     assert (job["path"], job["cadence"], job["next_due"][11:19]) == ("subs/routed", "0 3 * * *", "03:00:00")
     assert client.post("/api/internal/subscriptions/tick", headers={"Authorization": "Bearer nope"}).status_code == 401
+
+
+class BlockingSource:
+    """A source whose fetch holds until released, counting the fetches in flight at once."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        self.active = 0
+        self.most = 0
+        self.calls = 0
+
+    def fetch(self, max_messages: int, timeout_s: float) -> list[Any]:
+        with self.lock:
+            self.active += 1
+            self.calls += 1
+            self.most = max(self.most, self.active)
+        self.entered.set()
+        self.release.wait(30)
+        with self.lock:
+            self.active -= 1
+        return []
+
+
+def test_a_slot_due_while_the_last_one_still_polls_waits_for_it(plane: ControlPlane) -> None:
+    from noetl_cloud.control.scheduled import ScheduledSubscriptions
+    from noetl_cloud.tools.subscription import SubscriptionTool
+
+    sub_id = activated(plane, "slow", "projects/noetl-local/subscriptions/slow")
+    source = BlockingSource()
+    tick = ScheduledSubscriptions(
+        plane.engine,
+        plane.catalog,
+        plane.subscriptions,
+        plane.executions,
+        tenant=(plane.settings.tenant_id, plane.settings.organization_id),
+        tool=SubscriptionTool(lambda config: source),
+    )
+    now = datetime.now(UTC) + timedelta(seconds=2)
+    first = threading.Thread(target=tick.tick, args=(now,))
+    first.start()
+    assert source.entered.wait(30)
+    second = threading.Thread(target=tick.tick, args=(now + timedelta(seconds=1),))
+    second.start()
+    assert wait_until(lambda: runs_of(plane, sub_id) == 2, timeout=30)  # the next slot is claimed ...
+    source.release.set()
+    first.join(30)
+    second.join(30)
+    assert source.calls == 2 and source.most == 1  # ... and polled only once the first poll ended

@@ -27,6 +27,7 @@ next slot takes them. Run rows older than a day are removed by the tick.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -81,6 +82,10 @@ class ScheduledSubscriptions:
         self.tenant_id, self.organization_id = tenant
         self.tool = tool or SubscriptionTool()
         self.clock = clock
+        # One poll at a time per subscription in this process: a slot claimed while the previous slot's
+        # run is still going waits for it (a Kafka consumer, for one, is not to be polled from two threads).
+        self._busy: dict[str, threading.Lock] = {}
+        self._busy_lock = threading.Lock()
 
     # -- the tick -------------------------------------------------------------------------------
 
@@ -136,8 +141,11 @@ class ScheduledSubscriptions:
         started = time.monotonic()
         counts = {"polled": 0, "started": 0, "duplicates": 0, "failed": 0}
         error: str | None = None
+        with self._busy_lock:
+            busy = self._busy.setdefault(job.subscription_id, threading.Lock())
         try:
-            counts = self._poll_and_dispatch(job)
+            with busy:
+                counts = self._poll_and_dispatch(job)
         except Exception as exc:  # noqa: BLE001 - a failed run is recorded; the source keeps the messages
             log.warning("scheduled subscription run failed", extra={"path": job.path, "error": type(exc).__name__})
             error = f"{type(exc).__name__}: {exc}"[:500]

@@ -34,8 +34,10 @@ class FrameBounds:
         self.hit: str | None = None  # the bound that stopped the frame
 
     def take(self, row: Any, index: int) -> bool:
+        if not self.enforced:
+            return True
         size = len(json.dumps(row, default=str, separators=(",", ":")).encode())
-        if self.enforced and index > 0:
+        if index > 0:
             if self.clock.now() - self.started >= self.policy.max_seconds:
                 self.hit = "max_seconds"
                 return False
