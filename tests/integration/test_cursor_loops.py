@@ -134,8 +134,9 @@ class CursorDriver:
         self.frames_api = FlaskApi(frames.client)
         self.payloads = FilesystemPayloadStore(root, tenant_id="default", organization_id="default")
         self.keychain = {"pg": {"dsn": database_url}}
-        self.tools = default_registry(http_allow=LOOPBACK_ALLOW)
+        self.tools: Any = default_registry(http_allow=LOOPBACK_ALLOW)
         self.plans = PlanCache()
+        self.clock: Callable[[], Any] = FakeClock  # each slot's clock (tests/integration/test_frame_bounds.py)
 
     def run(self, path: str, workload: dict[str, Any] | None = None) -> dict[str, Any]:
         answer = self.client.post("/api/execute", json={"path": path, "workload": workload or {}})
@@ -166,7 +167,7 @@ class CursorDriver:
                         tools=self.tools,
                         payloads=self.payloads,
                         keychain=self.keychain,
-                        clock=FakeClock(),
+                        clock=self.clock(),
                     )
                 else:
                     report = run_command(command, tools=self.tools, keychain=self.keychain, compiled=self.plans)

@@ -640,3 +640,21 @@ def test_the_migration_job_grants_schema_access_before_it_upgrades() -> None:
     ]
     assert len(readers) == 1 and readers[0]["member"] == "serviceAccount:${local.emails.migrate}"
     assert (ROOT / "shared" / "noetl_cloud" / "dbaccess.py").is_file()
+
+
+def test_only_the_pullers_may_pull_users_subscriptions() -> None:
+    """The runtime pulls the continuous subscriptions' sources; the execute role (its subscription tick)
+    the scheduled ones' (var.scheduled_sources); no one else gets pubsub.subscriber on a user's subscription."""
+    iam_main = _parse(MODULES / "iam" / "main.tf")
+    merged = {k: v for b in iam_main["locals"] for k, v in b.items()}
+    assert merged["source_pullers"] == '${setintersection(var.roles, ["subscription_runtime"])}'
+    assert merged["tick_pullers"] == '${setintersection(var.roles, ["execute"])}'
+    grants = {
+        name: body
+        for rtype, name, body in _resources(MODULES / "iam" / "main.tf")
+        if rtype == "google_pubsub_subscription_iam_member"
+    }
+    assert set(grants) == {"source_subscriber", "scheduled_source_subscriber"}
+    assert "local.tick_pullers, var.resources.scheduled_sources" in grants["scheduled_source_subscriber"]["for_each"]
+    assert "local.source_pullers, var.resources.source_subscriptions" in grants["source_subscriber"]["for_each"]
+    assert _module_calls(STACK / "main.tf")["iam"]["resources"]["scheduled_sources"] == "${var.scheduled_sources}"

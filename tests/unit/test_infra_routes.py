@@ -329,6 +329,7 @@ def test_every_scheduler_job_and_push_subscription_calls_a_route_with_its_servic
         "outbox_sweep",
         "command_reaper",
         "retention",
+        "subscription_tick",
         "frame_reaper",
         "projector_catch_up",
         "spool_drain",

@@ -96,3 +96,44 @@ def test_the_scheduler_calls_the_routes_with_the_bearer_token_at_its_cadence_and
     server.shutdown()
     assert jobs["command-reaper"]["last"] == "http_200" and jobs["command-reaper"]["failures"] == 0
     assert jobs["spool-drainer"]["last"] == "unreachable" and jobs["spool-drainer"]["every_s"] == 0.2
+
+
+def test_status_carries_the_execute_roles_report_of_scheduled_subscriptions() -> None:
+    from noetl_cloud.cli.local import subscription_lines
+    from noetl_cloud.local.stack import ComponentStatus
+
+    report = {
+        "jobs": [
+            {
+                "path": "subs/orders",
+                "cadence": "*/5 * * * *",
+                "state": "active",
+                "runs": 3,
+                "next_due": "2026-11-27T10:10:00+00:00",
+                "last_run": {"due_at": "2026-11-27T10:05:00+00:00", "status": "ok", "polled": 4, "started": 4},
+            }
+        ],
+        "skipped": [{"path": "subs/old", "reason": "subscription is draining"}],
+    }
+    server = serve(Scheduler({}, lambda job: "http_200"), 0, lambda: report)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/status", timeout=5) as response:
+            body = json.loads(response.read())
+    finally:
+        server.shutdown()
+    assert body["subscriptions"] == report
+    row = ComponentStatus("scheduler", 1, 2, True, True, 0.1, "scheduler", True, [], body["subscriptions"])
+    lines = subscription_lines([row])
+    assert lines[1] == "scheduled subscriptions"
+    assert lines[3].split()[:4] == ["subs/orders", "*/5", "*", "*"]
+    assert "active" in lines[3] and "2026-11-27T10:10:00+00:00 / 2026-11-27T10:05:00+00:00 ok polled 4" in lines[3]
+    assert lines[4] == "subs/old: not scheduled (subscription is draining)"
+    unreachable = ComponentStatus("scheduler", 1, 2, True, True, 0.1, "scheduler", True, [], {"error": "unreachable"})
+    assert "did not answer (unreachable)" in subscription_lines([unreachable])[1]
+
+
+def test_the_report_of_a_scheduler_without_execute_role_is_none() -> None:
+    from noetl_cloud.maintenance.scheduler import subscriptions_report
+
+    assert subscriptions_report({"frames": "http://127.0.0.1:9"}, None)() is None
+    assert subscriptions_report({"execute": "http://127.0.0.1:9"}, "tok")() == {"error": "unreachable"}

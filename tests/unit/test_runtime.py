@@ -370,7 +370,10 @@ def test_rate_limiting_writes_one_event_and_every_message_still_runs() -> None:
 
 @pytest.mark.parametrize(
     ("spec", "code"),
-    [({"mode": "push"}, "invalid_subscription"), ({"activation": "scheduled"}, "not_continuous")],
+    [
+        ({"mode": "push"}, "invalid_subscription"),
+        ({"activation": "scheduled", "cadence": "*/5 * * * *"}, "not_continuous"),
+    ],
 )
 def test_only_continuous_pull_subscriptions_are_held(spec: dict[str, Any], code: str) -> None:
     from noetl_cloud.errors import NoetlError

@@ -4,11 +4,12 @@ state, with which poll task; against an in-memory catalog and registry."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from noetl_cloud.runtime.schedule import cadence_problem, job_name, scheduled_jobs
+from noetl_cloud.runtime.schedule import cadence_problem, job_name, latest_due, next_due, scheduled_jobs
 
 
 @dataclass
@@ -97,16 +98,43 @@ def test_continuous_push_unregistered_and_uncronlike_subscriptions_give_no_job()
     assert schedule.jobs[0].task["group"] == "clicks"  # a Kafka drain's group defaults to the name
     reasons = {s["path"]: s["reason"] for s in schedule.skipped}
     assert reasons["subscriptions/never"] == "subscription is not registered"
-    assert "five-field unix-cron" in reasons["subscriptions/hourly"]
+    assert reasons["subscriptions/hourly"] == "not a valid Subscription"  # the cadence is refused by the spec
     assert "subscriptions/live" not in reasons
 
 
 @pytest.mark.parametrize(
     ("cadence", "ok"),
-    [("*/1 * * * *", True), ("0 9 * * MON-FRI", True), (None, False), ("* * * *", False), ("0 9 * * ; rm", False)],
+    [
+        ("*/1 * * * *", True),
+        ("0 9 * * MON-FRI", True),
+        ("*/5 * * * * *", True),  # six fields: a leading seconds field
+        (None, False),
+        ("* * * *", False),
+        ("0 9 * * ; rm", False),
+        ("61 * * * *", False),  # shaped like cron, but no minute 61
+        ("* * 31 2 *", False),  # never due
+    ],
 )
-def test_cadence_is_five_field_unix_cron(cadence: str | None, ok: bool) -> None:
+def test_cadence_is_unix_cron_with_an_optional_seconds_field(cadence: str | None, ok: bool) -> None:
     assert (cadence_problem(cadence) is None) is ok
+
+
+def test_the_latest_and_next_slots_of_a_cadence() -> None:
+    at = datetime(2026, 11, 27, 10, 7, 30, 250_000, tzinfo=UTC)
+    assert latest_due("*/5 * * * *", at) == datetime(2026, 11, 27, 10, 5, tzinfo=UTC)
+    assert next_due("*/5 * * * *", at) == datetime(2026, 11, 27, 10, 10, tzinfo=UTC)
+    assert latest_due("*/10 * * * * *", at) == datetime(2026, 11, 27, 10, 7, 30, tzinfo=UTC)
+    on_slot = datetime(2026, 11, 27, 10, 10, tzinfo=UTC)
+    assert latest_due("*/5 * * * *", on_slot) == on_slot  # a slot is due at its own instant
+    assert next_due("*/5 * * * *", on_slot) == datetime(2026, 11, 27, 10, 15, tzinfo=UTC)
+
+
+def test_a_job_carries_since_when_its_registration_entered_its_state() -> None:
+    registration = {"subscription_id": "7", "state": "active", "updated_at": "2026-11-27T10:00:00+00:00"}
+    [job] = scheduled_jobs(Catalog(subscription("orders")), Registrations({"subscriptions/orders": registration})).jobs
+    assert job.since == "2026-11-27T10:00:00+00:00"
+    assert job.spec["dispatch"]["playbook"] == "domain/process_order"
+    assert "spec" not in job.to_dict()
 
 
 def test_job_names_are_scheduler_ids() -> None:

@@ -11,7 +11,7 @@ import yaml
 from noetl_cloud.errors import ValidationFailed
 from noetl_cloud.spec import SubscriptionDoc, parse_document, validate_document
 from noetl_cloud.spec.common import parse_byte_size
-from tests.unit.spec_support import rejection
+from tests.unit.spec_support import problem_at, rejection
 
 SPECS = Path(__file__).resolve().parent.parent / "data" / "specs"
 RFC_EXAMPLES = sorted(path.name for path in SPECS.glob("subscription_*.yaml"))
@@ -392,3 +392,14 @@ def test_yaml_errors_do_not_quote_the_document() -> None:
     with pytest.raises(ValidationFailed) as info:
         parse_document(text)
     assert "topsecretvalue" not in repr(info.value.details) and "line" in info.value.details[0]["problem"]
+
+
+@pytest.mark.parametrize("cadence", [DELETE, "every hour", "61 * * * *", "* * * *"])
+def test_a_scheduled_pull_needs_a_unix_cron_cadence(cadence: Any) -> None:
+    details = rejection(edited("subscription_orders_drain.yaml", ("spec.cadence", cadence)))
+    assert "cadence" in problem_at(details, "spec.cadence")["problem"]
+
+
+def test_a_scheduled_cadence_may_have_a_seconds_field() -> None:
+    doc = edited("subscription_orders_drain.yaml", ("spec.cadence", "*/10 * * * * *"))
+    assert parse(doc).spec.cadence == "*/10 * * * * *"

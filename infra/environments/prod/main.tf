@@ -31,6 +31,7 @@ module "noetl" {
   runtime_subscriptions   = var.runtime_subscriptions
   operators               = var.operators
   scheduled_subscriptions = var.scheduled_subscriptions
+  scheduled_sources       = var.scheduled_sources
 
   tenant = {
     log_level = "INFO"

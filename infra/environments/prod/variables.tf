@@ -68,6 +68,12 @@ variable "operators" {
   default     = []
 }
 
+variable "scheduled_sources" {
+  description = "Pub/Sub subscriptions (full ids) that activation: scheduled subscriptions poll; the execute role may pull them (see modules/stack)."
+  type        = set(string)
+  default     = []
+}
+
 variable "scheduled_subscriptions" {
   description = "Playbooks started on a schedule, keyed by job name."
   type = map(object({

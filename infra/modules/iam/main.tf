@@ -7,6 +7,7 @@ locals {
   publishers      = setintersection(var.roles, ["execute"])
   secret_readers  = setintersection(var.roles, ["execute"])
   source_pullers  = setintersection(var.roles, ["subscription_runtime"])
+  tick_pullers    = setintersection(var.roles, ["execute"]) # scheduled subscriptions' polls
 
   # Every identity's email is built from its account id and the project, not read back from the
   # created account: Terraform knows it at plan, so the for_each of every grant (and of the Cloud SQL
@@ -198,6 +199,18 @@ resource "google_pubsub_topic_iam_member" "events_publisher" {
 
 resource "google_pubsub_subscription_iam_member" "source_subscriber" {
   for_each = { for pair in setproduct(local.source_pullers, var.resources.source_subscriptions) : "${pair[0]}/${pair[1]}" => pair }
+
+  project      = var.project_id
+  subscription = each.value[1]
+  role         = "roles/pubsub.subscriber"
+  member       = local.role_members[each.value[0]]
+
+  depends_on = [google_service_account.role]
+}
+
+# The execute role's subscription tick polls the sources of activation: scheduled subscriptions.
+resource "google_pubsub_subscription_iam_member" "scheduled_source_subscriber" {
+  for_each = { for pair in setproduct(local.tick_pullers, var.resources.scheduled_sources) : "${pair[0]}/${pair[1]}" => pair }
 
   project      = var.project_id
   subscription = each.value[1]

@@ -38,6 +38,7 @@ variable "resources" {
     db_admin_secret      = string
     webhook_secrets      = optional(set(string), [])
     source_subscriptions = optional(set(string), [])
+    scheduled_sources    = optional(set(string), [])
     artifact_registry = object({
       location   = string
       repository = string

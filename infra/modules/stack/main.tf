@@ -54,6 +54,7 @@ locals {
     outbox_sweep        = { role = "execute", method = "POST", path = "/api/internal/outbox/sweep" }
     command_reaper      = { role = "execute", method = "POST", path = "/api/internal/reaper" }
     retention           = { role = "execute", method = "POST", path = "/api/internal/retention" }
+    subscription_tick   = { role = "execute", method = "POST", path = "/api/internal/subscriptions/tick" }
     frame_reaper        = { role = "frames", method = "POST", path = "/api/internal/frames/reap" }
     projector_catch_up  = { role = "projector", method = "POST", path = "/api/internal/projector/catch-up" }
     spool_drain         = { role = "spool_drainer", method = "POST", path = "/drain" }
@@ -325,6 +326,7 @@ module "iam" {
     db_admin_secret      = local.db_admin_secret
     webhook_secrets      = var.webhook_secrets
     source_subscriptions = toset([for s in values(var.runtime_subscriptions) : s.source_subscription if s.source_subscription != null])
+    scheduled_sources    = var.scheduled_sources
     artifact_registry = {
       location   = google_artifact_registry_repository.images.location
       repository = google_artifact_registry_repository.images.repository_id

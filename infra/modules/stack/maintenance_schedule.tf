@@ -23,6 +23,13 @@ locals {
       route       = "retention"
       needs       = "execute"
     }
+    subscription-tick = {
+      description = "Run the due slot of every active scheduled subscription (activation: scheduled) once (execute)."
+      schedule    = "* * * * *"
+      setting     = "subscription_tick"
+      route       = "subscription_tick"
+      needs       = "execute"
+    }
     frame-reaper = {
       description = "Release expired frame leases (frames)."
       schedule    = "* * * * *"

@@ -252,6 +252,17 @@ variable "operators" {
   }
 }
 
+variable "scheduled_sources" {
+  description = "Full ids (projects/<p>/subscriptions/<s>) of the Pub/Sub subscriptions that activation: scheduled subscriptions poll: the execute role's subscription tick pulls them, so its account is granted pubsub.subscriber on each (docs/runtime.md, Scheduled subscriptions)."
+  type        = set(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for s in var.scheduled_sources : can(regex("^projects/[^/]+/subscriptions/[^/]+$", s))])
+    error_message = "Each scheduled source is a full subscription id: projects/<project>/subscriptions/<name>."
+  }
+}
+
 variable "scheduled_subscriptions" {
   description = "Playbooks started on a schedule, keyed by job name: cron schedule, catalog path, workload as a JSON object text, time zone."
   type = map(object({
@@ -269,13 +280,13 @@ variable "scheduled_subscriptions" {
 }
 
 variable "maintenance_schedules" {
-  description = "Cron schedules overriding the built-in jobs' own (shared/noetl_cloud/maintenance/schedule.py, docs/operations.md), keyed outbox_sweep, command_reaper, retention, frame_reaper, projector_catch_up, drainer."
+  description = "Cron schedules overriding the built-in jobs' own (shared/noetl_cloud/maintenance/schedule.py, docs/operations.md), keyed outbox_sweep, command_reaper, retention, subscription_tick, frame_reaper, projector_catch_up, drainer."
   type        = map(string)
   default     = {}
 
   validation {
-    condition     = alltrue([for k in keys(var.maintenance_schedules) : contains(["outbox_sweep", "command_reaper", "retention", "frame_reaper", "projector_catch_up", "drainer"], k)])
-    error_message = "maintenance_schedules keys are outbox_sweep, command_reaper, retention, frame_reaper, projector_catch_up and drainer."
+    condition     = alltrue([for k in keys(var.maintenance_schedules) : contains(["outbox_sweep", "command_reaper", "retention", "subscription_tick", "frame_reaper", "projector_catch_up", "drainer"], k)])
+    error_message = "maintenance_schedules keys are outbox_sweep, command_reaper, retention, subscription_tick, frame_reaper, projector_catch_up and drainer."
   }
 }
 

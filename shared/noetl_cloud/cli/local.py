@@ -117,4 +117,31 @@ def schedule_lines(rows: list[ComponentStatus]) -> list[str]:
             f"{job.name:<20} {every:>6} {job.schedule:<12} {j.get('runs', 0):>5} {j.get('failures', 0):>5}  "
             f"{j.get('last', '-')}  {target}"
         )
+    return lines + subscription_lines(rows)
+
+
+def subscription_lines(rows: list[ComponentStatus]) -> list[str]:
+    """The scheduled subscriptions the ``subscription-tick`` job runs: cadence, state, next slot, last run."""
+    report = next((r.subscriptions for r in rows if r.name == "scheduler" and r.subscriptions is not None), None)
+    if report is None:
+        return []
+    if "error" in report:
+        return ["", f"scheduled subscriptions: the execute role did not answer ({report['error']})"]
+    lines = [
+        "",
+        "scheduled subscriptions",
+        f"{'path':<28} {'cadence':<16} {'state':<7} {'runs':>5}  next run / last run",
+    ]
+    for job in report.get("jobs") or []:
+        last = job.get("last_run") or {}
+        last_text = (
+            f"{last.get('due_at')} {last.get('status')} polled {last.get('polled')} started {last.get('started')}"
+            if last
+            else "-"
+        )
+        lines.append(
+            f"{job.get('path', '?'):<28} {job.get('cadence', '?'):<16} {job.get('state', '?'):<7} "
+            f"{job.get('runs', 0):>5}  {job.get('next_due') or '-'} / {last_text}"
+        )
+    lines.extend(f"{s.get('path')}: not scheduled ({s.get('reason')})" for s in report.get("skipped") or [])
     return lines

@@ -214,6 +214,17 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
         Scheduler, daily; docs/retention.md)."""
         return plane.retention.sweep()
 
+    @app.post("/api/internal/subscriptions/tick")
+    def subscription_tick() -> dict[str, Any]:
+        """Run the due slot of every active scheduled subscription once (Cloud Scheduler, every minute;
+        the local scheduler every few seconds; docs/runtime.md, Scheduled subscriptions)."""
+        return plane.scheduled.tick()
+
+    @app.get("/api/internal/subscriptions/schedule")
+    def subscription_schedule() -> dict[str, Any]:
+        """Each scheduled subscription: cadence, state, next slot, last run; those that cannot run, why."""
+        return plane.scheduled.report()
+
     @app.get("/api/internal/outbox/relay")
     def outbox_relay() -> dict[str, Any]:
         """This instance's outbox relay: rows handed off, published and left to the sweep, and the delay

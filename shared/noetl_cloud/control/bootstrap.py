@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
@@ -25,6 +26,9 @@ from noetl_cloud.retention.service import RetentionService
 from noetl_cloud.secrets import resolver_from_settings
 from noetl_cloud.secrets.port import SecretResolver
 from noetl_cloud.settings import Settings
+
+if TYPE_CHECKING:
+    from noetl_cloud.control.scheduled import ScheduledSubscriptions
 
 
 @dataclass
@@ -129,6 +133,13 @@ class ControlPlane:
     @cached_property
     def listeners(self) -> ListenerService:
         return ListenerService(self.catalog, self.subscriptions, self.secrets, self.store, self.events)
+
+    @cached_property
+    def scheduled(self) -> ScheduledSubscriptions:
+        from noetl_cloud.control.scheduled import ScheduledSubscriptions
+
+        tenant = (self.settings.tenant_id, self.settings.organization_id)
+        return ScheduledSubscriptions(self.engine, self.catalog, self.subscriptions, self.executions, tenant=tenant)
 
     @cached_property
     def retention(self) -> RetentionService:

@@ -301,6 +301,27 @@ subscription_dedup = Table(
     Index(None, "execution_id"),
 )
 
+# Scheduled subscriptions' runs (control/scheduled.py): one row per (subscription, due slot), claimed by
+# the insert that starts it, so two ticks that see the same slot due run it once.
+subscription_schedule_run = Table(
+    "subscription_schedule_run",
+    metadata,
+    Column("subscription_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("due_at", DateTime(timezone=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("organization_id", Text, nullable=False),
+    Column("path", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Column("polled", Integer, nullable=False, server_default=text("0")),
+    Column("started", Integer, nullable=False, server_default=text("0")),
+    Column("duplicates", Integer, nullable=False, server_default=text("0")),
+    Column("failed", Integer, nullable=False, server_default=text("0")),
+    Column("error", Text, nullable=True),
+    CheckConstraint("status IN ('running', 'ok', 'error')", name="status_known"),
+)
+
 # Live projections (spec §7.4), one row per (execution, surface): the surface's rows as folded by the
 # projector, the number of events folded (``version``: upserts only ever raise it) and the tracking
 # position (the store position of the last event folded). ``payload_refs`` keeps the lineage.

@@ -219,6 +219,16 @@ def _cursor_loop(step: Step, spec: dict[str, Any], limit: Any) -> Loop:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise _invalid(f"{field}.spec.frame{'.' + where if where else ''}", first["msg"]) from None
+    release = cursor.get("release")
+    if release is not None and (not isinstance(release, str) or not release.strip()):
+        raise _invalid(f"{field}.cursor.release", "must be the SQL that gives a frame's untaken rows back")
+    bounds = sorted({"max_seconds", "max_bytes"} & set(raw))
+    if bounds and release is None:
+        raise _invalid(
+            f"{field}.spec.frame.{bounds[0]}",
+            "a frame bound needs `cursor.release`, the SQL that gives the rows a bounded frame did not take back "
+            "to the cursor (docs/frames.md, Frame bounds)",
+        )
     return Loop(
         items=None, iterator=iterator, mode="cursor", max_in_flight=limit or 1, cursor=dict(cursor), frame=frame
     )

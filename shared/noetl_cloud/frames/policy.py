@@ -1,5 +1,7 @@
 """The frame policy of a cursor loop (``loop.spec.frame``, spec §5.2): how much work one frame holds,
-how long its lease runs, and how it is retried. Defaults keep one-row behaviour (``max_rows: 1``,
+how long its lease runs, and how it is retried. ``max_rows`` is what a frame claims; ``max_bytes`` and
+``max_seconds`` bound what it takes of them, when its cursor can give the rest back (``cursor.release``,
+:mod:`noetl_cloud.frames.cursor`; docs/frames.md, Frame bounds). Defaults keep one-row behaviour (``max_rows: 1``,
 ``process: row``) until a playbook opts into batching.
 """
 

@@ -16,6 +16,13 @@ For each frame leased to it the slot:
 4. writes the rows as Arrow IPC to the payload store (when one is configured) and commits the frame with
    its ``rows_ref``, row count, cursor and the number of pipeline events it produced: one event per frame.
 
+**Bounds.** When the cursor declares ``release``, a frame stops taking rows at ``max_bytes`` (the rows
+taken, serialized as JSON, would pass it) or ``max_seconds`` (measured on the slot's clock from the frame's
+start, checked before each row in ``process: row``); the first row is always taken. The rows it did not
+take go back to the cursor through ``release`` (bound as ``:rows``, a JSON array) before the commit, which
+carries only the rows taken; the next frame claims them. Without ``release`` the bounds are refused when
+the playbook is compiled, so a frame takes every row it claimed.
+
 A frame with fewer rows than ``max_rows`` exhausts the cursor (its commit says so and the stage stops
 minting). A failed frame is committed ``FAILED`` and the slot goes on with the next; the slot reports
 ``error`` (kind ``frame_failed``, the first failure) once no frame is left, so the loop ends ``step.failed``.
@@ -34,11 +41,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from noetl_cloud.engine.model import Loop, StepPlan
-from noetl_cloud.engine.outcome import Clock, Outcome, SystemClock, ToolCall, ToolResolver
+from noetl_cloud.engine.outcome import Clock, Outcome, SystemClock, ToolResolver
 from noetl_cloud.engine.pipeline import PipelineResult, StepContext, run_pipeline
 from noetl_cloud.engine.state import CtxStore
-from noetl_cloud.engine.templates import Renderer, TemplateFailure, build_scope
+from noetl_cloud.engine.templates import Renderer
 from noetl_cloud.envelope import EventEnvelope, utc_now
+from noetl_cloud.frames.cursor import FrameBounds, run_statement
 from noetl_cloud.frames.policy import FramePolicy
 from noetl_cloud.web.client import ApiResponse, UpstreamUnavailable, segment
 from noetl_cloud.worker.port import ControlPlaneApi, error_code
@@ -237,10 +245,17 @@ class CursorSlot:
         beat.start()
         before = events.count
         started = time.monotonic()
+        bounds = FrameBounds(policy, self.clock, enforced=bool((loop.cursor or {}).get("release")))
+        released = 0
         try:
-            rows, failure = self._claim_rows(sc, loop, policy, frame)
+            claimed, failure = self._claim_rows(sc, loop, policy, frame)
+            rows = claimed
             if failure is None:
-                failure = self._process(sc, plan, loop, policy, frame, rows, lost)
+                failure, taken = self._process(sc, plan, loop, policy, frame, claimed, lost, bounds)
+                rows = claimed[:taken]
+                if failure is None and taken < len(claimed) and not (lost.is_set() or self.stop()):
+                    released = len(claimed) - taken
+                    failure = self._release(sc, loop, frame, claimed[taken:])
         finally:
             beat.stop()
         if lost.is_set() or self.stop():
@@ -253,7 +268,8 @@ class CursorSlot:
             rows_ref = store_rows(
                 self.payloads, rows, {"frame_id": fid, "stage_id": str(frame.get("stage_id", summary.stage_id))}
             )
-        exhausted = len(rows) < policy.max_rows
+        # Fewer rows than asked for: the cursor is empty, unless this frame gave rows back (a bound cut it).
+        exhausted = len(claimed) < policy.max_rows and not released
         body = {
             "worker_id": self.worker_id,
             "status": "COMPLETED" if failure is None else "FAILED",
@@ -266,7 +282,11 @@ class CursorSlot:
             "row_count": len(rows),
             "output_ref": {
                 **({"rows_ref": rows_ref} if rows_ref is not None else {}),
-                "metrics": {"process": policy.process, "ms": round((time.monotonic() - started) * 1000, 3)},
+                "metrics": {
+                    "process": policy.process,
+                    "ms": round((time.monotonic() - started) * 1000, 3),
+                    **({"bound": bounds.hit, "released": released} if bounds.hit else {}),
+                },
             },
             "events_emitted": events.count - before,
             "error": failure,
@@ -293,37 +313,12 @@ class CursorSlot:
         self, sc: StepContext, loop: Loop, policy: FramePolicy, frame: Mapping[str, Any]
     ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         """The frame's rows from the cursor driver, or the failure that kept it from claiming them."""
-        cursor = loop.cursor or {}
-        binds = {
-            "__frame_max_rows": policy.max_rows,
-            "__frame_id": int(frame["frame_id"]),
-            "__frame_index": int(frame.get("frame_index") or 0),
-            "__frame_attempt": int(frame.get("attempt") or 1),
-        }
-        try:
-            sql = self.renderer.render(cursor["claim"], binds, step=sc.step, task="cursor")
-            scope = {**build_scope(workload=sc.workload, ctx=sc.ctx.data, args=sc.args), **binds}
-            params = self.renderer.render(cursor.get("params") or {}, scope, step=sc.step, task="cursor")
-            dsn = self.renderer.render(cursor.get("dsn"), scope, step=sc.step, task="cursor")
-        except TemplateFailure as exc:
-            return [], {"kind": exc.code, "message": exc.message, "task": "cursor"}
-        keychain, auth = sc.keychain, cursor.get("auth")
-        if isinstance(dsn, str) and dsn:  # a DSN named in the playbook instead of a keychain alias
-            keychain, auth = {**keychain, "__cursor__": {"kind": "postgres", "dsn": dsn}}, "__cursor__"
-        call = ToolCall(
-            kind=str(cursor.get("kind")),
-            config={"query": sql, "params": params, "auth": auth},
-            spec={},
-            execution_id=sc.execution_id,
-            step=sc.step,
-            task="cursor",
-            attempt=binds["__frame_attempt"],
-            keychain=keychain,
+        result, failure = run_statement(
+            self.tools, self.renderer, sc, loop, frame, statement="claim", max_rows=policy.max_rows
         )
-        outcome = self.tools.get(call.kind).run(call)
-        if outcome.status != "ok":
-            return [], {**(outcome.error or {}), "task": "cursor"}
-        rows = (outcome.result or {}).get("rows") if isinstance(outcome.result, dict) else None
+        if failure is not None:
+            return [], failure
+        rows = result.get("rows") if isinstance(result, dict) else None
         if not isinstance(rows, list):
             return [], {"kind": "cursor_no_rows", "message": "the cursor claim returned no row set", "task": "cursor"}
         return rows, None
@@ -337,10 +332,14 @@ class CursorSlot:
         frame: Mapping[str, Any],
         rows: list[dict[str, Any]],
         lost: threading.Event,
-    ) -> dict[str, Any] | None:
-        """Run the pipeline per row or per frame; the first failure, or ``None``."""
-        if not rows or not plan.tasks:
-            return None
+        bounds: FrameBounds,
+    ) -> tuple[dict[str, Any] | None, int]:
+        """Run the pipeline per row or per frame over the rows ``bounds`` let the frame take; the first
+        failure (or ``None``) and how many rows the frame took."""
+        if policy.process == "frame" or not plan.tasks:
+            rows = rows[: bounds.count(rows)]
+            if not rows or not plan.tasks:
+                return None, len(rows)
         info = {
             "id": str(frame["frame_id"]),
             "index": frame.get("frame_index"),
@@ -356,15 +355,26 @@ class CursorSlot:
                 "index": frame.get("frame_index"),
             }
             result = _drive(run_pipeline(sc, plan.tasks, scope, writer=writer), stop)
-            return None if result is None or result.status == "ok" else {**(result.error or {})}
+            return (None if result is None or result.status == "ok" else {**(result.error or {})}), len(rows)
         for index, row in enumerate(rows):
+            if not bounds.take(row, index):
+                return None, index
             scope = {loop.iterator: row, "index": index, "frame": info}
             result = _drive(run_pipeline(sc, plan.tasks, scope, iteration=index, writer=writer), stop)
             if result is None:
-                return None  # stopped: the frame is dropped, not committed
-            if result.status != "ok":
-                return {**(result.error or {}), "row": index}
-        return None
+                return None, index  # stopped: the frame is dropped, not committed
+            if result.status != "ok":  # a failed frame keeps every row it claimed (whole_frame)
+                return {**(result.error or {}), "row": index}, len(rows)
+        return None, len(rows)
+
+    def _release(
+        self, sc: StepContext, loop: Loop, frame: Mapping[str, Any], rows: list[dict[str, Any]]
+    ) -> dict[str, Any] | None:
+        """Give the rows a bounded frame did not take back to the cursor; the failure, or ``None``."""
+        _, failure = run_statement(
+            self.tools, self.renderer, sc, loop, frame, statement="release", max_rows=len(rows), rows=rows
+        )
+        return failure
 
 
 def _drive(pipeline: Generator[None, None, PipelineResult], stop: Callable[[], bool]) -> PipelineResult | None:

@@ -88,6 +88,8 @@ class ComponentStatus:
     recorded: bool = False
     #: The scheduler's jobs as it reports them (``GET /status``), when it answers.
     jobs: list[dict[str, Any]] | None = None
+    #: The scheduled subscriptions the scheduler's ``subscription-tick`` runs (the execute role's report).
+    subscriptions: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -445,23 +447,27 @@ class LocalStack:
                     startup_seconds=entry.get("startup_seconds"),
                     kind=kind,
                     recorded=name in recorded,
-                    jobs=self._scheduler_jobs(comp.port) if name == SCHEDULER and running else None,
                 )
             )
+            if name == SCHEDULER and running:
+                report = self._scheduler_status(comp.port)
+                jobs, subs = report.get("jobs"), report.get("subscriptions")
+                out[-1].jobs = jobs if isinstance(jobs, list) else None
+                out[-1].subscriptions = subs if isinstance(subs, dict) else None
         return out
 
     @staticmethod
-    def _scheduler_jobs(port: int) -> list[dict[str, Any]] | None:
-        """The running scheduler's jobs (``GET /status``); ``None`` when it does not answer."""
+    def _scheduler_status(port: int) -> dict[str, Any]:
+        """The running scheduler's report (``GET /status``); ``{}`` when it does not answer."""
         import urllib.error
         import urllib.request
 
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2) as response:
-                jobs = json.loads(response.read()).get("jobs")
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=8) as response:
+                body = json.loads(response.read())
         except (OSError, ValueError, urllib.error.URLError):
-            return None
-        return jobs if isinstance(jobs, list) else None
+            return {}
+        return body if isinstance(body, dict) else {}
 
     def env(self) -> dict[str, str]:
         """The connection environment written by the last ``up``."""

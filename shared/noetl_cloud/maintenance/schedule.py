@@ -71,6 +71,18 @@ JOBS: Final[tuple[Job, ...]] = (
         setting="retention",
     ),
     Job(
+        name="subscription-tick",
+        route="subscription_tick",
+        role="execute",
+        path="/api/internal/subscriptions/tick",
+        needs="execute",
+        description="Run the due slot of every active scheduled subscription (activation: scheduled) once (execute).",
+        # A subscription's own cadence is evaluated by the tick (control/scheduled.py): this is its resolution.
+        schedule="* * * * *",
+        local_every_s=2.0,
+        setting="subscription_tick",
+    ),
+    Job(
         name="frame-reaper",
         route="frame_reaper",
         role="frames",

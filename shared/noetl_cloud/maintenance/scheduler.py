@@ -10,8 +10,9 @@ Started by ``noetl-cloud local up`` as the ``scheduler`` component::
 
     python -m noetl_cloud.maintenance.scheduler --port 16447 --url execute=http://127.0.0.1:16440 ...
 
-It answers ``GET /healthz`` and ``GET /status`` (each job: target, period, runs, last status) on
-its port; ``noetl-cloud local status`` shows the latter.
+It answers ``GET /healthz`` and ``GET /status`` (each job: target, period, runs, last status; and
+``subscriptions``, the execute role's report of the scheduled subscriptions its ``subscription-tick``
+job runs: cadence, state, next slot, last run) on its port; ``noetl-cloud local status`` shows it.
 """
 
 from __future__ import annotations
@@ -145,7 +146,23 @@ def http_call(urls: Mapping[str, str], token: str | None, *, timeout_s: float = 
     return call
 
 
-def serve(scheduler: Scheduler, port: int) -> ThreadingHTTPServer:
+def subscriptions_report(urls: Mapping[str, str], token: str | None) -> Callable[[], Any]:
+    """``GET /api/internal/subscriptions/schedule`` of the execute role (``None`` without one)."""
+    if "execute" not in urls:
+        return lambda: None
+    client = ApiClient(urls["execute"], token_source=static_token(token) if token else None, timeout_s=5.0, retries=0)
+
+    def report() -> Any:
+        try:
+            response = client.request("GET", "/api/internal/subscriptions/schedule")
+        except NoetlError:
+            return {"error": "unreachable"}
+        return response.json if response.ok else {"error": f"http_{response.status}"}
+
+    return report
+
+
+def serve(scheduler: Scheduler, port: int, subscriptions: Callable[[], Any] = lambda: None) -> ThreadingHTTPServer:
     """``/healthz`` and ``/status`` on ``127.0.0.1:port`` (in a thread)."""
 
     class Handler(BaseHTTPRequestHandler):
@@ -153,7 +170,7 @@ def serve(scheduler: Scheduler, port: int) -> ThreadingHTTPServer:
             if self.path == "/healthz":
                 body: Any = {"status": "ok", "jobs": len(scheduler.states)}
             elif self.path == "/status":
-                body = {"jobs": scheduler.status()}
+                body = {"jobs": scheduler.status(), "subscriptions": subscriptions()}
             else:
                 self.send_error(404)
                 return
@@ -197,7 +214,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     urls = parse_urls(args.url)
     token = settings.internal_api_token.get_secret_value() if settings.internal_api_token else None
     scheduler = Scheduler(urls, http_call(urls, token), every_s=settings.scheduler_every_s)
-    server = serve(scheduler, args.port)
+    server = serve(scheduler, args.port, subscriptions_report(urls, token))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: scheduler.stopping.set())
     scheduler.start()

@@ -179,6 +179,8 @@ EXECUTE = RoleContract(
         ),
         ("reaper", "POST"): _op("Re-issue commands whose lease expired (scheduled)"),
         ("retention", "POST"): _op("Partitions ahead, expired executions archived, old partitions dropped (scheduled)"),
+        ("subscription_tick", "POST"): _op("Run the due slot of every active scheduled subscription (scheduled)"),
+        ("subscription_schedule", "GET"): _op("Scheduled subscriptions: cadence, state, next slot, last run"),
         ("outbox_relay", "GET"): _op("This instance's outbox relay counters"),
         ("sweep", "POST"): _op("Publish what the outbox relay left (scheduled)"),
         ("spool_events.record_spool_events", "POST"): _op(

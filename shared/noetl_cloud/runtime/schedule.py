@@ -1,15 +1,18 @@
 """Scheduled subscriptions (Mode A, RFC §4.5): ``activation: scheduled`` + ``cadence`` as jobs.
 
-A model only: from the catalog's Subscription documents and their registrations, the jobs a
-scheduler runs (Cloud Scheduler in Terraform, the local stack's scheduler locally). Each job runs
-the subscription tool's bounded poll (``operation: poll``, :mod:`noetl_cloud.tools.subscription`) of
-that subscription on its cadence and dispatches every message to ``dispatch.playbook``.
+From the catalog's Subscription documents and their registrations, the jobs the execute role's
+subscription tick runs (:mod:`noetl_cloud.control.scheduled`, called by the maintenance schedule's
+``subscription-tick`` job: Cloud Scheduler in Terraform, the local stack's scheduler locally). Each
+job runs the subscription tool's bounded poll (``operation: poll``,
+:mod:`noetl_cloud.tools.subscription`) of that subscription on its cadence and dispatches every
+message to ``dispatch.playbook``.
 
 The lifecycle applies to the job as it does to a runtime: a registration that is ``active`` gives
 an enabled job, ``paused`` a paused one (the source keeps the backlog); ``registered`` (never
 activated), ``draining`` and ``deactivated`` give none (a bounded drain holds nothing between
 runs, so draining has nothing to finish). A scheduled subscription whose ``cadence`` is not a
-five-field unix-cron expression (Cloud Scheduler's form) is listed in ``skipped`` with the reason.
+unix-cron expression (five fields, or six with a leading seconds field) is listed in ``skipped`` with
+the reason. The cadence is evaluated in UTC (:mod:`noetl_cloud.spec.cadence`).
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from noetl_cloud.spec.cadence import cadence_problem, latest_due, next_due
 from noetl_cloud.spec.subscription import PULL_ADDRESS, SubscriptionDoc
 
-#: One field of a unix-cron expression: numbers, names (JAN, MON), ``*``, ``/``, ``,``, ``-``.
-_CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-]+$")
+__all__ = ["Schedule", "SubscriptionJob", "cadence_problem", "job_for", "latest_due", "next_due", "scheduled_jobs"]
+
 #: The fields a poll task names its source with, beyond ``PULL_ADDRESS``'s one.
 _SECOND_ADDRESS = {"nats": "consumer", "kafka": "group"}
 
@@ -40,9 +44,11 @@ class SubscriptionJob:
     paused: bool
     task: dict[str, Any]  # the subscription tool's poll task
     playbook: str
+    since: str | None = None  # when the registration entered its state (ISO 8601): no slot before it runs
+    spec: dict[str, Any] = field(default_factory=dict, repr=False)  # the Subscription's spec (JSON form)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__}
+        return {k: v for k, v in self.__dict__.items() if k != "spec"}
 
 
 @dataclass(frozen=True)
@@ -65,16 +71,6 @@ class _Catalog(Protocol):
 
 class _Registrations(Protocol):
     def live_for_path(self, path: str) -> dict[str, Any] | None: ...
-
-
-def cadence_problem(cadence: str | None) -> str | None:
-    """Why ``cadence`` cannot be scheduled, or ``None``."""
-    if not cadence:
-        return "activation: scheduled needs a cadence"
-    fields = cadence.split()
-    if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
-        return f"cadence {cadence!r} is not a five-field unix-cron expression (minute hour day month weekday)"
-    return None
 
 
 def job_name(path: str) -> str:
@@ -122,6 +118,8 @@ def job_for(doc: SubscriptionDoc, registration: Mapping[str, Any] | None) -> Sub
         paused=registration["state"] == "paused",
         task=poll_task(doc),
         playbook=spec.dispatch.playbook,
+        since=str(registration.get("updated_at") or "") or None,
+        spec=spec.model_dump(mode="json"),
     )
 
 

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from noetl_cloud.spec.cadence import cadence_problem
 from noetl_cloud.spec.common import (
     CATALOG_PATH,
     LISTENER_NAME,
@@ -228,9 +229,16 @@ class SubscriptionSpec(SpecModel):
 
     @model_validator(mode="after")
     def _rules(self) -> SubscriptionSpec:
-        problems = _source_problems(self) + _ingress_problems(self)
+        problems = _source_problems(self) + _ingress_problems(self) + _cadence_problems(self)
         raise_problems("SubscriptionSpec", problems + _directive_problems(self.headers) + _spool_problems(self.spool))
         return self
+
+
+def _cadence_problems(spec: SubscriptionSpec) -> list[InitErrorDetails]:
+    if spec.mode != "pull" or spec.activation != "scheduled":
+        return []
+    problem = cadence_problem(spec.cadence)
+    return [] if problem is None else [rule(("cadence",), "cadence", problem)]
 
 
 def _source_problems(spec: SubscriptionSpec) -> list[InitErrorDetails]:

@@ -85,6 +85,10 @@ class SubscriptionTool:
         for source in sources:
             source.close()
 
+    def source(self, config: Mapping[str, Any]) -> Any:
+        """The source client of the subscription a task names (one per source and address, reused)."""
+        return self._source(config)
+
     def _source(self, config: Mapping[str, Any]) -> Any:
         key = _source_key(config)
         with self._lock:
