@@ -28,6 +28,7 @@ module "noetl" {
   roles                   = var.roles
   pools                   = var.pools
   webhook_secrets         = var.webhook_secrets
+  keychain_secrets        = var.keychain_secrets
   runtime_subscriptions   = var.runtime_subscriptions
   operators               = var.operators
   scheduled_subscriptions = var.scheduled_subscriptions

@@ -68,6 +68,12 @@ variable "operators" {
   default     = []
 }
 
+variable "keychain_secrets" {
+  description = "Secret Manager secret ids of task credentials, keychain-<alias> (created empty; values added with gcloud; readable by the worker only)."
+  type        = set(string)
+  default     = []
+}
+
 variable "scheduled_sources" {
   description = "Pub/Sub subscriptions (full ids) that activation: scheduled subscriptions poll; the execute role may pull them (see modules/stack)."
   type        = set(string)

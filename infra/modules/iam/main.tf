@@ -275,6 +275,18 @@ resource "google_secret_manager_secret_iam_member" "webhook_secret_accessor" {
   depends_on = [google_service_account.role]
 }
 
+# Task credentials: the worker reads the keychain-<alias> secrets, and no other (docs/dsl.md, Credentials).
+resource "google_secret_manager_secret_iam_member" "keychain_secret_accessor" {
+  for_each = { for pair in setproduct(setintersection(var.roles, ["worker"]), var.resources.keychain_secrets) : "${pair[0]}/${pair[1]}" => pair }
+
+  project   = var.project_id
+  secret_id = each.value[1]
+  role      = "roles/secretmanager.secretAccessor"
+  member    = local.role_members[each.value[0]]
+
+  depends_on = [google_service_account.role]
+}
+
 # The migration job connects once per run as the built-in admin user (noetl_cloud.dbaccess).
 resource "google_secret_manager_secret_iam_member" "migrate_db_admin" {
   project   = var.project_id

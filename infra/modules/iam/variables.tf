@@ -37,6 +37,7 @@ variable "resources" {
     build_source_bucket  = string
     db_admin_secret      = string
     webhook_secrets      = optional(set(string), [])
+    keychain_secrets     = optional(set(string), [])
     source_subscriptions = optional(set(string), [])
     scheduled_sources    = optional(set(string), [])
     artifact_registry = object({

@@ -152,6 +152,8 @@ locals {
       NOETL_FRAMES_URL                  = try(local.url["frames"], "")
       NOETL_PAYLOAD_BACKEND             = "gcs"
       NOETL_PAYLOAD_BUCKET              = module.payload_bucket.name
+      # A task's auth: <alias> is the secret keychain-<alias> (var.keychain_secrets).
+      NOETL_SECRETS_BACKEND = "secret_manager"
     }
     spool_drainer = merge(local.spool_env, {
       NOETL_API_URL               = local.url["execute"]
@@ -280,6 +282,21 @@ resource "google_secret_manager_secret" "webhook" {
   depends_on = [google_project_service.this]
 }
 
+# Task credentials (keychain-<alias>), read by the worker role only. Values never pass through Terraform.
+resource "google_secret_manager_secret" "keychain" {
+  for_each = var.keychain_secrets
+
+  project   = var.project_id
+  secret_id = each.key
+  labels    = var.labels
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [google_project_service.this]
+}
+
 # Threads, ack deadlines, attempt deadlines and the database connection budget, from the roles map
 # and the instance (docs/deploy.md, Sizing); its output preconditions fail the plan of a mismatch.
 module "sizing" {
@@ -325,6 +342,7 @@ module "iam" {
     build_source_bucket  = module.build_source_bucket.name
     db_admin_secret      = local.db_admin_secret
     webhook_secrets      = var.webhook_secrets
+    keychain_secrets     = var.keychain_secrets
     source_subscriptions = toset([for s in values(var.runtime_subscriptions) : s.source_subscription if s.source_subscription != null])
     scheduled_sources    = var.scheduled_sources
     artifact_registry = {
@@ -334,7 +352,7 @@ module "iam" {
   }
 
   # The secret grants name the secrets by id (known at plan), so they wait for the secrets here.
-  depends_on = [google_project_service.this, google_secret_manager_secret.webhook, google_secret_manager_secret.db_admin_password]
+  depends_on = [google_project_service.this, google_secret_manager_secret.webhook, google_secret_manager_secret.keychain, google_secret_manager_secret.db_admin_password]
 }
 
 module "pubsub" {

@@ -252,6 +252,17 @@ variable "operators" {
   }
 }
 
+variable "keychain_secrets" {
+  description = "Secret Manager secret ids of task credentials: keychain-<alias> for a task's auth: <alias> (docs/dsl.md, Credentials). Terraform creates the empty secrets and lets the worker role read them, and only them; values are added with gcloud, never through Terraform."
+  type        = set(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for s in var.keychain_secrets : can(regex("^keychain-[A-Za-z0-9_.-]{1,245}$", s))])
+    error_message = "Keychain secret ids are keychain-<alias>: letters, digits, dots, dashes and underscores after the prefix."
+  }
+}
+
 variable "scheduled_sources" {
   description = "Full ids (projects/<p>/subscriptions/<s>) of the Pub/Sub subscriptions that activation: scheduled subscriptions poll: the execute role's subscription tick pulls them, so its account is granted pubsub.subscriber on each (docs/runtime.md, Scheduled subscriptions)."
   type        = set(string)
