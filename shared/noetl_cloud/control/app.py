@@ -10,7 +10,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from flask import Flask, Response, g, jsonify, request
+from flask import Flask, Response, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import DBAPIError
 
@@ -20,7 +20,7 @@ from noetl_cloud.control import executions_api, runtime_events, spool_events
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import BatchRequest, ExecuteRequest
 from noetl_cloud.control.reports import WorkerRef, WorkerReport
-from noetl_cloud.errors import BadRequest, Forbidden
+from noetl_cloud.errors import BadRequest
 from noetl_cloud.observability import configure_logging
 from noetl_cloud.replay import api as replay_api
 from noetl_cloud.settings import Settings
@@ -188,17 +188,13 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     # -- internal -------------------------------------------------------------------------------
 
     @app.get("/api/internal/ingress/<listener:listener>")
-    def listener_config(listener: str) -> Response:
-        if settings.ingress_principals and g.caller.principal not in settings.ingress_principals:
-            raise Forbidden("only the ingress role reads listener configuration", code="not_ingress")
+    def listener_config(listener: str) -> Response:  # the ingress role's alone (auth.roles.POLICY)
         response = jsonify(plane.listeners.config(listener))
         response.headers["Cache-Control"] = "no-store"
         return response
 
     @app.post("/api/internal/ingress/<listener:listener>/audit")
     def listener_audit(listener: str) -> tuple[dict[str, Any], int]:
-        if settings.ingress_principals and g.caller.principal not in settings.ingress_principals:
-            raise Forbidden("only the ingress role records listener verdicts", code="not_ingress")
         body = json_body(Audit)
         event_id = plane.listeners.audit(listener, body.event_type, body.payload.model_dump(exclude_none=True))
         return {"event_id": event_id}, 201
@@ -249,7 +245,5 @@ def app_from_env(env: Mapping[str, str]) -> Flask:
     """The execute role, configured from the process environment (the entry point's one call)."""
     settings = Settings.from_env(env, role="execute")
     configure_logging(settings.log_level, project_id=settings.project_id, role="execute")
-    auth = InternalAuth.from_settings(
-        settings, audience=settings.internal_api_audience, allowed_emails=settings.internal_api_callers or None
-    )
+    auth = InternalAuth.from_settings(settings, audience=settings.internal_api_audience)
     return build_app(ControlPlane(settings, env=env), auth)
