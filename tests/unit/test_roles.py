@@ -240,3 +240,23 @@ def test_each_local_role_gets_only_its_own_credentials(tmp_path: Path) -> None:
     assert drainer["NOETL_INTERNAL_API_TOKEN"] == keys["spool_drainer"] and drainer["NOETL_INTERNAL_API_TOKEN_DIGESTS"]
     assert tokens.role_env("scheduler", inherited, keys)["NOETL_INTERNAL_API_TOKEN"] == keys["scheduler"]
     assert tokens.operator_env(keys)["NOETL_INTERNAL_API_TOKEN"] == keys["operator"]
+
+
+def test_the_security_doc_lists_every_route_with_the_roles_the_policy_admits() -> None:
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text(encoding="utf-8")
+    section = text.split("## What each role may call", 1)[1].split("\n## ", 1)[0]
+    documented: dict[str, dict[tuple[str, str], set[str]]] = {}
+    service = ""
+    for line in section.splitlines():
+        heading = re.fullmatch(r"\*\*(\w+)\*\*", line.strip())
+        if heading:
+            service = heading.group(1)
+        row = re.fullmatch(r"\| `(GET|POST) (\S+)` \| (.+) \|", line.strip())
+        if row and service:
+            who = roles.CALLER_ROLES | {roles.PUSH} if row.group(3) == "every caller role" else row.group(3).split(", ")
+            documented.setdefault(service, {})[(row.group(1), row.group(2))] = set(who)
+    for service, table in documented.items():
+        assert table == {route: set(allowed) for route, allowed in roles.POLICY[service].items()}, service
+    assert set(documented) == {"execute", "frames", "projector", "spool_drainer"}
