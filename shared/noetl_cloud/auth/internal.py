@@ -220,5 +220,7 @@ def install(app: Flask, auth: InternalAuth, *, prefix: str = "/api/") -> None:
             if rule is not None:  # no route: the 404 (or 405) follows
                 caller_roles.authorize(policy, request.method, rule.rule, caller.roles)
         except NoetlError as exc:
-            log.info("internal API call refused", extra={"error_code": exc.code, "path": path})
+            caller = g.get("caller")  # set when authenticated and refused by the policy (a role, never a secret)
+            who = {"principal": caller.principal} if caller is not None else {}
+            log.info("internal API call refused", extra={"error_code": exc.code, "path": path, **who})
             raise
