@@ -98,6 +98,10 @@ def test_the_ingress_token_cannot_post_events_or_transition_subscriptions(
     assert forbidden(call("POST", f"{api}/api/events", keys["ingress"], json={}))
     assert forbidden(call("POST", f"{api}/api/subscriptions/{subscription_id}/pause", keys["ingress"]))
     assert forbidden(call("POST", f"{api}/api/catalog", keys["ingress"], json={"content": playbook("authz/i")}))
+    # nor start a playbook its listener does not dispatch to
+    other = {"path": "authz/not-a-target", "meta": {"listener": LISTENERS[0].listener}}
+    refused = call("POST", f"{api}/api/execute", keys["ingress"], json=other)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden_target", refused.text
     # what the ingress is for: its listeners' configuration
     listener = LISTENERS[0].listener
     config = call("GET", f"{api}/api/internal/ingress/{listener}", keys["ingress"])

@@ -16,7 +16,9 @@ from flask import Flask
 from noetl_cloud.auth import roles
 from noetl_cloud.auth.google_oidc import JwksCache
 from noetl_cloud.auth.internal import InternalAuth, install
-from noetl_cloud.errors import ConfigError, Conflict, NoetlError
+from noetl_cloud.control.ingress_scope import TTL_S, IngressScope, scoped
+from noetl_cloud.control.models import ExecuteRequest
+from noetl_cloud.errors import ConfigError, Conflict, NoetlError, NotFound
 from noetl_cloud.local import tokens
 from noetl_cloud.openapi.roles import ROLES, role_app
 from noetl_cloud.settings import Settings
@@ -76,11 +78,27 @@ class Reached(Conflict):
     code = "reached_the_service"
 
 
+class Catalog:
+    """Listener ``orders`` dispatches to ``orders/handle``, or by directive to ``orders/vip``."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def subscription_for_listener(self, gateway_path: str) -> Any:
+        self.reads += 1
+        if gateway_path != "/ingress/orders":
+            raise NotFound("no such listener", code="unknown_listener")
+        directive = {"header": "x-route", "controls": "dispatch.playbook", "allowed": ["orders/vip"]}
+        spec = {"dispatch": {"playbook": "orders/handle"}, "headers": {"directives": [directive]}}
+        return SimpleNamespace(document={"spec": spec})
+
+
 class Plane:
     """A control plane whose every service answers 409 ``reached_the_service``: the request got past
-    authorization."""
+    authorization (and, for the ingress, its listener scope)."""
 
     settings = Settings()
+    ingress_scope = IngressScope(Catalog())
 
     def __getattr__(self, name: str) -> Any:
         def refuse(*_args: Any, **_kwargs: Any) -> Any:
@@ -127,9 +145,21 @@ def test_each_token_calls_its_own_routes_and_is_refused_403_forbidden_role_elsew
         client.post("/api/catalog", headers=bearer(OPERATOR), data="kind: Playbook", content_type="text/yaml"),
         client.get("/api/internal/ingress/orders", headers=bearer(INGRESS)),
         client.post("/api/subscriptions/1/pause", headers=bearer(OPERATOR)),
-        client.post("/api/execute", headers=bearer(INGRESS), json={"path": "p"}),
+        client.post(
+            "/api/execute", headers=bearer(INGRESS), json={"path": "orders/vip", "meta": {"listener": "orders"}}
+        ),
+        client.post("/api/execute", headers=bearer(OPERATOR), json={"path": "admin/anything"}),
     ]
-    assert [r.get_json()["error"]["code"] for r in reached] == ["reached_the_service"] * 4
+    assert [r.get_json()["error"]["code"] for r in reached] == ["reached_the_service"] * 5
+    # the ingress starts its listeners' playbooks only
+    for body in (
+        {"path": "admin/anything", "meta": {"listener": "orders"}},
+        {"path": "orders/handle"},
+        {"path": "orders/handle", "meta": {"listener": "someone-else"}},
+        {"catalog_id": "1", "meta": {"listener": "orders"}},
+    ):
+        refused = client.post("/api/execute", headers=bearer(INGRESS), json=body)
+        assert refused.status_code == 403 and refused.get_json()["error"]["code"] == "forbidden_target", body
     # an unknown path is still 404 (after authentication), HEAD is GET, OPTIONS is declared nowhere
     assert client.get("/api/nothing-here", headers=bearer(WORKER)).status_code == 404
     assert client.head("/api/catalog", headers=bearer(WORKER)).status_code == 403
@@ -260,3 +290,19 @@ def test_the_security_doc_lists_every_route_with_the_roles_the_policy_admits() -
     for service, table in documented.items():
         assert table == {route: set(allowed) for route, allowed in roles.POLICY[service].items()}, service
     assert set(documented) == {"execute", "frames", "projector", "spool_drainer"}
+
+
+def test_the_ingress_scope_reads_the_catalog_once_per_listener_and_ttl_and_again_before_a_refusal() -> None:
+    catalog, now = Catalog(), [0.0]
+    scope = IngressScope(catalog, clock=lambda: now[0])
+    delivery = ExecuteRequest(path="orders/handle", meta={"listener": "orders"})
+    for _ in range(100):
+        scope.check(delivery)
+    assert catalog.reads == 1  # the hot path is a dict lookup
+    now[0] += TTL_S + 1
+    scope.check(delivery)
+    assert catalog.reads == 2
+    with pytest.raises(NoetlError) as info:
+        scope.check(ExecuteRequest(path="admin/anything", meta={"listener": "orders"}))
+    assert info.value.code == "forbidden_target" and catalog.reads == 3
+    assert scoped(frozenset({roles.INGRESS})) and not scoped(roles.EVERY_ROLE)

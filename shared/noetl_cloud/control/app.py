@@ -10,13 +10,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, g, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import DBAPIError
 
 from noetl_cloud import console, telemetry
 from noetl_cloud.auth.internal import InternalAuth, install
-from noetl_cloud.control import executions_api, runtime_events, spool_events
+from noetl_cloud.control import executions_api, ingress_scope, runtime_events, spool_events
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import BatchRequest, ExecuteRequest
 from noetl_cloud.control.reports import WorkerRef, WorkerReport
@@ -122,7 +122,10 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     @app.post("/api/execute")
     @body_limit(MAX_FORWARD_BYTES)  # what the ingress accepts (a listener's body up to 32 MiB), it forwards
     def execute() -> tuple[dict[str, Any], int]:
-        result = plane.executions.start_one(json_body(ExecuteRequest))
+        body = json_body(ExecuteRequest)
+        if ingress_scope.scoped(g.caller.roles):  # the ingress starts its listeners' playbooks only
+            plane.ingress_scope.check(body)
+        result = plane.executions.start_one(body)
         telemetry.annotate(**{"noetl.execution_id": result.execution_id, "noetl.status": result.status})
         return {
             "execution_id": result.execution_id,
