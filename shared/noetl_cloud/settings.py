@@ -124,12 +124,16 @@ class Settings(BaseModel):
     # command at a time per delivery). Each runs that command's own chain, within the same budget.
     worker_eager_slots: Annotated[int, Field(ge=0, le=31)] = 4
 
-    # Web and the internal API.
+    # Web and the internal API (docs/security.md, "What each role may call"). ``internal_api_token`` is
+    # this process's own credential as a caller (locally); the callers a role's API admits, each mapped
+    # to its caller roles (noetl_cloud.auth.roles): ``<role>=<sha256 hex of a token>`` locally,
+    # ``<role>=<service account email>`` in the cloud (with ``internal_api_audience``). A process with a
+    # token and no digests takes that one token as every caller role (test harnesses only).
     max_request_bytes: Annotated[int, Field(ge=1024, le=32 * 1024 * 1024)] = 1024 * 1024
     internal_api_token: SecretStr | None = None
+    internal_api_token_digests: tuple[str, ...] = ()
     internal_api_audience: str | None = None
     internal_api_callers: tuple[str, ...] = ()
-    ingress_principals: tuple[str, ...] = ()
     api_url: str | None = None
 
     # Task isolation (docs/security.md): what an http task may reach besides public addresses
@@ -215,7 +219,12 @@ class Settings(BaseModel):
     retention_batch: Annotated[int, Field(ge=1, le=100_000)] = 500
 
     @field_validator(
-        "pools", "internal_api_callers", "ingress_principals", "db_runtime_users", "http_tool_allow", mode="before"
+        "pools",
+        "internal_api_callers",
+        "internal_api_token_digests",
+        "db_runtime_users",
+        "http_tool_allow",
+        mode="before",
     )
     @classmethod
     def _split_list(cls, value: Any) -> Any:
@@ -233,6 +242,20 @@ class Settings(BaseModel):
                 raise ValueError(f"pool name {pool!r} must match {_POOL_NAME}")
         if len(set(value)) != len(value):
             raise ValueError("pool names must be unique")
+        return value
+
+    @field_validator("internal_api_callers", "internal_api_token_digests")
+    @classmethod
+    def _check_role_entries(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        from noetl_cloud.auth.roles import parse_role_entries
+
+        digests = info.field_name == "internal_api_token_digests"
+        mapped = parse_role_entries(value, value="sha256 hex" if digests else "email")  # a ValueError names the entry
+        for item in mapped:
+            if digests and not re.fullmatch(r"[0-9a-f]{64}", item):
+                raise ValueError(f"{item[:8]}... is not a SHA-256 digest (64 lower-case hex digits)")
+            if not digests and "@" not in item:
+                raise ValueError(f"{item!r} is not an email")
         return value
 
     @field_validator("http_tool_allow")

@@ -3,7 +3,9 @@
 Each role serves its OpenAPI document at ``GET /api/openapi.json`` (behind its authentication); it must be
 the committed one (docs/openapi/). schemathesis then draws requests from it, valid ones and ones that break
 the schema (types, bounds, missing fields, bad path parameters), a bounded number per operation
-(``NOETL_TEST_FUZZ_EXAMPLES``, default 25), authenticated as the stack's callers, plus one request without
+(``NOETL_TEST_FUZZ_EXAMPLES``, default 25), authenticated as a caller role the operation admits
+(``noetl_cloud.auth.roles.POLICY``: the operator's token where it may, else the first role admitted, each
+with the stack's token of that purpose), plus one request without
 credentials per operation, which a secured operation must refuse (401). Every answer must be below 500,
 every error answer must be in the JSON error model, and every role must still be healthy afterwards. The
 requests sent per role are in the run's summary ("openapi fuzz").
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
+from noetl_cloud.auth.roles import OPERATOR, policy_for
 from noetl_cloud.demo.setup import LISTENERS
+from noetl_cloud.local import tokens
 from noetl_cloud.local.stack import ROLE_PORTS, LocalStack
 from noetl_cloud.openapi.roles import ROLES
 from tests.e2e.fuzz_report import RoleRun, runs
@@ -36,20 +41,31 @@ TIMEOUT_S = 15.0
 
 @pytest.fixture(scope="module")
 def stack_roles(local_env: dict[str, str]) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
-    """Every role of the local stack (started if missing): its environment and each role's base URL."""
+    """Every role of the local stack (started if missing): its tokens by purpose and each role's base URL."""
     stack = LocalStack.from_env(
         {**os.environ, "NOETL_LOCAL_STATE_DIR": os.environ.get("NOETL_LOCAL_STATE_DIR", str(ROOT / "local" / ".state"))}
     )
-    env = stack.up(echo=lambda _line: None, roles=list(ROLE_PORTS))
-    yield env, {role: f"http://127.0.0.1:{stack.port_base + port}" for role, port in ROLE_PORTS.items()}
+    stack.up(echo=lambda _line: None, roles=list(ROLE_PORTS))
+    keys = tokens.ensure_tokens(stack.state_dir)
+    yield keys, {role: f"http://127.0.0.1:{stack.port_base + port}" for role, port in ROLE_PORTS.items()}
     unhealthy = [s.name for s in stack.status(every_role=True) if not s.healthy]
     assert unhealthy == [], f"unhealthy after the fuzz run: {unhealthy}"
 
 
-def credentials(role: str, env: dict[str, str]) -> dict[str, str]:
-    """What the role's callers present: the push token for the worker, the internal token elsewhere."""
-    token = env["NOETL_WORKER_PUSH_TOKEN"] if role == "worker" else env["NOETL_INTERNAL_API_TOKEN"]
-    return {"Authorization": f"Bearer {token}"}
+def credentials(
+    role: str, keys: dict[str, str], method: str = "GET", path: str = "/api/openapi.json"
+) -> dict[str, str]:
+    """What a caller of ``method path`` presents: the push token for the worker and a push endpoint;
+    elsewhere the token of a caller role the operation admits (the operator's when it may), so the
+    request gets past authorization to the handler."""
+    if role == "worker" or (role == "projector" and path == "/"):  # the push endpoint's (and the worker's API)
+        return {"Authorization": f"Bearer {keys[f'{role}_push']}"}
+    admitted: frozenset[str] = frozenset()
+    for (declared, rule), allowed in policy_for(role).items():
+        if declared == method.upper() and re.sub(r"<(?:[a-z]+:)?([a-z_]+)>", r"{\1}", rule) == path:
+            admitted = allowed
+    purpose = OPERATOR if OPERATOR in admitted or not admitted else sorted(admitted & set(tokens.CALLER_PURPOSES))[0]
+    return {"Authorization": f"Bearer {keys[purpose]}"}
 
 
 def problem(response: requests.Response) -> str | None:
@@ -110,8 +126,8 @@ def record(run: RoleRun, response: requests.Response) -> None:
 def test_fuzzing_a_role_gets_no_5xx_and_every_error_in_the_json_error_model(
     role: str, stack_roles: tuple[dict[str, str], dict[str, str]], request: pytest.FixtureRequest
 ) -> None:
-    env, urls = stack_roles
-    base_url, headers = urls[role], credentials(role, env)
+    keys, urls = stack_roles
+    base_url, headers = urls[role], credentials(role, keys)
     served = requests.get(f"{base_url}/api/openapi.json", headers=headers, timeout=TIMEOUT_S)
     assert served.status_code == 200, served.text
     committed = json.loads((ROOT / "docs" / "openapi" / f"{role}.json").read_text(encoding="utf-8"))
@@ -124,7 +140,7 @@ def test_fuzzing_a_role_gets_no_5xx_and_every_error_in_the_json_error_model(
         for result in schema.get_all_operations():
             operation = result.ok()
             run.operations += 1
-            fuzz(run, operation, base_url, headers, session)
+            fuzz(run, operation, base_url, credentials(role, keys, operation.method, operation.path), session)
             # and once without credentials: refused in the error model where the route is secured
             unauthenticated = operation.Case(path_parameters=_sample_path(operation))
             answer = unauthenticated.call(base_url=base_url, session=session, timeout=TIMEOUT_S)

@@ -163,15 +163,20 @@ def test_unknown_listener_is_404_and_a_missing_secret_is_503(subscribed: FlaskCl
     assert "not_in_the_wallet" in missing.get_json()["error"]["message"]
 
 
-def test_listener_config_is_only_for_the_ingress_principal(plane: ControlPlane, subscribed: FlaskClient) -> None:
+def test_listener_config_is_only_for_the_ingress_role(plane: ControlPlane, subscribed: FlaskClient) -> None:
+    from noetl_cloud.auth import roles
     from noetl_cloud.auth.internal import InternalAuth
     from noetl_cloud.control.app import build_app
     from tests.integration.control_fixtures import TOKEN
 
-    restricted = ControlPlane(plane.settings.model_copy(update={"ingress_principals": ("ingress@p.iam",)}))
+    restricted = ControlPlane(plane.settings)
     try:
-        client = build_app(restricted, InternalAuth(token=TOKEN)).test_client()
-        response = client.get("/api/internal/ingress/hooks", headers={"Authorization": f"Bearer {TOKEN}"})
-        assert response.status_code == 403 and response.get_json()["error"]["code"] == "not_ingress"
+        # the same token, holding every caller role but the ingress's
+        others = roles.CALLER_ROLES - {roles.INGRESS}
+        client = build_app(restricted, InternalAuth(token=TOKEN, roles=others)).test_client()
+        for path in ("/api/internal/ingress/hooks", "/api/internal/ingress/hooks/audit"):
+            method = client.post if path.endswith("audit") else client.get
+            response = method(path, headers={"Authorization": f"Bearer {TOKEN}"})
+            assert response.status_code == 403 and response.get_json()["error"]["code"] == "forbidden_role"
     finally:
         restricted.engine.dispose()

@@ -13,6 +13,7 @@ import yaml
 from noetl_cloud.local import compose
 from noetl_cloud.local.components import Ports
 from noetl_cloud.local.stack import DEFAULT_PORT_BASE, ROLE_PORTS, RUNTIME, LocalStack
+from noetl_cloud.local.tokens import ensure_tokens
 from noetl_cloud.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +97,8 @@ def test_each_role_gets_valid_settings_and_what_local_up_gives_its_process(role:
     env = {k: str(v) for k, v in _services()[role]["environment"].items()}
     env = {k: re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", v) for k, v in env.items()}
     Settings.from_env(env)  # every NOETL_ variable is a setting, with a valid value
-    given_by_local_up = LocalStack(tmp_path)._role_env({})
+    # (each process's credentials aside: compose runs one shared token, local up one per purpose)
+    given_by_local_up = LocalStack(tmp_path)._role_env({}, ensure_tokens(tmp_path))
     assert set(given_by_local_up) <= set(env), sorted(set(given_by_local_up) - set(env))
     assert env["NOETL_API_URL"] == "http://execute:8080" and env["NOETL_FRAMES_URL"] == "http://frames:8080"
     if role == RUNTIME:

@@ -47,8 +47,9 @@ def test_a_scheduler_job_posts_the_frames_reaper_every_minute_with_the_frames_au
     assert "for name, j in local.maintenance_schedule" in stack
     # The scheduler's identity may invoke the frames service, and its jobs carry an OIDC token for it.
     iam = (INFRA / "iam" / "main.tf").read_text()
-    frames_callers = re.search(r"^\s*frames\s*=\s*concat\((.*)\)\s*$", iam, re.M)
-    assert frames_callers is not None and "local.sched_member" in frames_callers.group(1)
+    frames_callers = re.search(r"^\s*frames\s*=\s*\[(.*)\]\s*$", iam, re.M)
+    assert frames_callers is not None and '"scheduler"' in frames_callers.group(1)
+    assert "scheduler   = [local.sched_member]" in iam
     assert "oidc_token" in (INFRA / "scheduler" / "main.tf").read_text()
 
 

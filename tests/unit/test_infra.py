@@ -250,16 +250,16 @@ def test_only_ingress_is_public() -> None:
 
 def test_push_identity_invokes_only_worker_and_projector() -> None:
     iam_main = _parse(MODULES / "iam" / "main.tf")
-    callers = next(b["callers"] for b in iam_main["locals"] if "callers" in b)
-    assert set(callers) == set(_roles())
-    holders = {role for role, members in callers.items() if "local.push_member" in str(members)}
+    service_callers = next(b["service_callers"] for b in iam_main["locals"] if "service_callers" in b)
+    assert set(service_callers) == set(_roles())
+    holders = {role for role, caller_roles in service_callers.items() if "pubsub_push" in caller_roles}
     assert holders == {"worker", "projector"}
-    assert callers["ingress"] == []
+    assert service_callers["ingress"] == []
     invokers = (MODULES / "iam" / "outputs.tf").read_text()
     assert "local.callers[r]" in invokers
-    # The push identity's tokens open only the push endpoints: the projector's API allowlist drops it.
+    # The push identity's tokens open only the push endpoints: no API allowlist names it.
     api_callers = next(b["api_callers"] for b in iam_main["locals"] if "api_callers" in b)
-    assert "m != local.push_member" in api_callers["projector"]
+    assert 'if r != "pubsub_push"' in str(api_callers)
 
 
 def test_only_control_plane_roles_reach_cloud_sql() -> None:

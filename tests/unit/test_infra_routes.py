@@ -134,27 +134,26 @@ DEPLOYER_EMAIL = email("deployer")
 OPERATOR = "oncall@example.com"
 
 
-def _callers(role: str) -> list[str]:
-    """The members of local.callers[role] in modules/iam (role accounts, scheduler, push identity, operators)."""
-    entries = _entries(_block(IAM_TEXT, "callers = {"))
-    text = entries[role]
-    members = [email(r) for r in re.findall(r'"([a-z_]+)"', text) if r in _roles()]
-    if "local.sched_member" in text:
-        members.append(SCHEDULER_EMAIL)
-    if "local.push_member" in text:
-        members.append(PUSH_EMAIL)
-    if "var.operators" in text:
-        members.append(OPERATOR)
-    return members
+def _members(caller_role: str) -> list[str]:
+    """The emails holding a caller role (mirrors local.caller_members in modules/iam)."""
+    fixed = {
+        "scheduler": [SCHEDULER_EMAIL],
+        "operator": [OPERATOR],
+        "deployer": [DEPLOYER_EMAIL],
+        "pubsub_push": [PUSH_EMAIL],
+    }
+    return fixed.get(caller_role, [email(caller_role)])
+
+
+def _service_callers(role: str) -> list[str]:
+    """local.service_callers[role] of modules/iam: the caller roles of the service."""
+    return list(_locals(MODULES / "iam" / "main.tf")["service_callers"][role])
 
 
 def _api_callers(role: str) -> list[str]:
-    entries = _entries(_block(IAM_TEXT, "api_callers = {"))
-    text = entries[role]
-    members = [m for m in _callers(role) if m != PUSH_EMAIL or "m != local.push_member" not in text]
-    if "local.emails.deployer" in text:
-        members.append(DEPLOYER_EMAIL)
-    return members
+    """local.api_callers[role]: ``<role>=<email>`` of each caller but the push identity."""
+    assert 'if r != "pubsub_push"' in _block(IAM_TEXT, "api_callers = {")  # no push identity in an API allowlist
+    return [f"{r}={m}" for r in _service_callers(role) if r != "pubsub_push" for m in _members(r)]
 
 
 def _value(expr: str, key: str) -> str:
@@ -191,7 +190,6 @@ def _value(expr: str, key: str) -> str:
         "module.payload_bucket.name": f"{PREFIX}-payloads-{PROJECT}",
         "module.archive_bucket.name": f"{PREFIX}-archive-{PROJECT}",
         "module.iam.push_email": PUSH_EMAIL,
-        'try(module.iam.role_emails["ingress"], "")': email("ingress"),
         'trimsuffix(module.iam.role_emails[s.role], ".gserviceaccount.com")': email(str(SERVICES[key]["role"]))[
             : -len(".gserviceaccount.com")
         ],
@@ -427,6 +425,35 @@ def test_the_execute_api_accepts_the_deployer_smoke_test_and_the_projector_api_d
         token = mint(google, url_of("projector"), who)
         answer = client.get("/api/projector/status", headers={"Authorization": f"Bearer {token}"})
         assert answer.status_code == status, (who, answer.json)
+
+
+def test_in_the_cloud_each_account_calls_only_its_roles_routes(
+    offline: None, monkeypatch: pytest.MonkeyPatch, google: FakeGoogle
+) -> None:
+    """The role mapping Terraform configures (NOETL_INTERNAL_API_CALLERS, <role>=<email>) works: the
+    worker's account cannot register a playbook or read a listener's configuration, the ingress's can
+    read it and cannot report events, the operators cannot read it (403 forbidden_role)."""
+    execute = build("execute", monkeypatch)
+    adapter = execute.url_map.bind("localhost")
+    for path, method in (("/api/catalog", "POST"), ("/api/internal/ingress/orders", "GET"), ("/api/events", "POST")):
+        endpoint, _ = adapter.match(path, method=method)
+        execute.view_functions[endpoint] = lambda **_kw: {"reached": True}
+    client = execute.test_client()
+    expected = {
+        (email("worker"), "POST", "/api/catalog"): 403,
+        (email("worker"), "GET", "/api/internal/ingress/orders"): 403,
+        (email("worker"), "POST", "/api/events"): 200,
+        (email("ingress"), "GET", "/api/internal/ingress/orders"): 200,
+        (email("ingress"), "POST", "/api/events"): 403,
+        (OPERATOR, "POST", "/api/catalog"): 200,
+        (OPERATOR, "GET", "/api/internal/ingress/orders"): 403,
+    }
+    for (who, method, path), status in expected.items():
+        token = mint(google, url_of("execute"), who)
+        answer = client.open(path, method=method, json={}, headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == status, (who, path, answer.json)
+        if status == 403:
+            assert answer.json["error"]["code"] == "forbidden_role"
 
 
 # -- the environment -----------------------------------------------------------------------------------

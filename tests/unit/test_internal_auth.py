@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable
 
 import pytest
@@ -9,6 +8,7 @@ from pydantic import SecretStr
 
 from noetl_cloud.auth.google_oidc import JwksCache
 from noetl_cloud.auth.internal import BEARER_PRINCIPAL, Caller, InternalAuth, install
+from noetl_cloud.auth.roles import EVERY_ROLE, POLICY
 from noetl_cloud.errors import ConfigError, NoetlError
 from noetl_cloud.settings import Settings
 from noetl_cloud.web import create_app
@@ -65,7 +65,7 @@ def test_id_token_mode_without_allowed_service_accounts_is_a_config_error() -> N
 def test_token_is_read_from_settings_as_a_secret() -> None:
     auth = InternalAuth.from_settings(Settings(internal_api_token=SecretStr(TOKEN)))
     assert auth.methods == ("bearer",)
-    assert auth.authenticate(f"Bearer {TOKEN}") == Caller(BEARER_PRINCIPAL, "bearer")
+    assert auth.authenticate(f"Bearer {TOKEN}") == Caller(BEARER_PRINCIPAL, "bearer", EVERY_ROLE)
 
 
 # -- bearer --------------------------------------------------------------------------------------
@@ -74,7 +74,7 @@ def test_token_is_read_from_settings_as_a_secret() -> None:
 def test_right_bearer_token_authenticates_whatever_the_scheme_case() -> None:
     auth = InternalAuth(token=TOKEN)
     for header in (f"Bearer {TOKEN}", f"bearer {TOKEN}", f"BEARER  {TOKEN} "):
-        assert auth.authenticate(header) == Caller(BEARER_PRINCIPAL, "bearer")
+        assert auth.authenticate(header) == Caller(BEARER_PRINCIPAL, "bearer", EVERY_ROLE)
 
 
 @pytest.mark.parametrize("header", [None, "", "Bearer", "Bearer ", f"Basic {TOKEN}", TOKEN, f"Bearer {TOKEN} extra"])
@@ -90,30 +90,20 @@ def test_wrong_bearer_token_is_bad_credentials(presented: str) -> None:
     assert TOKEN not in err.message and presented not in str(err.to_dict())
 
 
-def test_bearer_comparison_is_constant_time_over_equal_length_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[tuple[object, object]] = []
-    real = hmac.compare_digest
-
-    def spy(a: bytes, b: bytes) -> bool:
-        seen.append((a, b))
-        return real(a, b)
-
-    monkeypatch.setattr(hmac, "compare_digest", spy)
+def test_bearer_tokens_are_held_as_digests_and_a_near_miss_is_refused() -> None:
+    # The token is looked up by its SHA-256 digest: the object keeps no token, and a token sharing a
+    # prefix, a length or all but one character with the real one is just as wrong as any other.
     auth = InternalAuth(token=TOKEN)
-    refused(lambda: auth.authenticate("Bearer short"))
-    auth.authenticate(f"Bearer {TOKEN}")
-    assert len(seen) == 2
-    for a, b in seen:
-        assert isinstance(a, bytes) and isinstance(b, bytes) and len(a) == len(b)
-
-
-# -- Google ID tokens ----------------------------------------------------------------------------
+    assert TOKEN not in repr(vars(auth))
+    for near in (TOKEN[:-1], TOKEN + "x", TOKEN[:-1] + ("a" if TOKEN[-1] != "a" else "b")):
+        refused(lambda near=near: auth.authenticate(f"Bearer {near}"))
+    assert auth.authenticate(f"Bearer {TOKEN}").method == "bearer"
 
 
 def test_id_token_only_mode_verifies_every_token(google: FakeGoogle) -> None:
     auth = make_auth(google)
     assert auth.methods == ("google_id_token",)
-    assert auth.authenticate(f"Bearer {google.mint()}") == Caller(SA, "google_id_token")
+    assert auth.authenticate(f"Bearer {google.mint()}") == Caller(SA, "google_id_token", EVERY_ROLE)
     assert refused(lambda: auth.authenticate(f"Bearer {TOKEN}")).code == "oidc_malformed"
 
 
@@ -121,7 +111,7 @@ def test_both_modes_route_jwts_to_oidc_and_the_rest_to_the_bearer_compare(google
     auth = make_auth(google, TOKEN)
     assert auth.methods == ("bearer", "google_id_token")
     assert auth.authenticate(f"Bearer {TOKEN}").method == "bearer"
-    assert auth.authenticate(f"Bearer {google.mint()}") == Caller(SA, "google_id_token")
+    assert auth.authenticate(f"Bearer {google.mint()}") == Caller(SA, "google_id_token", EVERY_ROLE)
     assert refused(lambda: auth.authenticate("Bearer not-the-token")).code == "bad_credentials"
     assert refused(lambda: auth.authenticate(f"Bearer {google.mint(key=rsa_key('x'))}")).code == "oidc_bad_signature"
     err = refused(lambda: auth.authenticate(f"Bearer {google.mint(email='other@p.iam.gserviceaccount.com')}"))
@@ -138,7 +128,9 @@ def test_a_jwt_shaped_shared_token_still_works_as_a_bearer(google: FakeGoogle) -
 
 
 @pytest.fixture
-def app(google: FakeGoogle) -> Flask:
+def app(google: FakeGoogle, monkeypatch: pytest.MonkeyPatch) -> Flask:
+    # A service of the tests' own, whose two /api routes every caller role may call (auth.roles.POLICY).
+    monkeypatch.setitem(POLICY, "test", {("GET", "/api/x"): EVERY_ROLE, ("GET", "/api"): EVERY_ROLE})
     app = create_app("test", Settings())
     install(app, make_auth(google, TOKEN))
 

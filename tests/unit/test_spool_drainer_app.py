@@ -30,5 +30,5 @@ def test_with_id_tokens_the_drainer_needs_its_callers_and_checks_its_own_url() -
     }
     with pytest.raises(ConfigError, match="allowed service account"):
         app_from_env(cloud)
-    app = app_from_env({**cloud, "NOETL_INTERNAL_API_CALLERS": "noetl-scheduler@p.iam.gserviceaccount.com"})
+    app = app_from_env({**cloud, "NOETL_INTERNAL_API_CALLERS": "scheduler=noetl-scheduler@p.iam.gserviceaccount.com"})
     assert app.test_client().get("/healthz").status_code == 200

@@ -29,40 +29,46 @@ locals {
   push_member  = "serviceAccount:${local.emails.push}"
   sched_member = "serviceAccount:${local.emails.scheduler}"
 
-  # The callers of each role, as IAM members: run.invoker on its services, and (as emails) the
-  # allowlist its app checks ID tokens against (NOETL_INTERNAL_API_CALLERS). ingress is public
-  # (allUsers, set by the stack on that one service); subscription_runtime is called by no one.
-  # The Pub/Sub push identity appears only under worker and projector; the scheduler only under the
-  # roles its jobs call (execute: outbox sweep, command reaper, scheduled executions; frames: the
-  # reaper; projector: the catch-up; spool_drainer: the drain).
-  callers = {
-    execute = concat(
-      [for c in ["ingress", "worker", "spool_drainer", "subscription_runtime"] : local.role_members[c] if contains(var.roles, c)],
-      [local.sched_member],
-      sort(tolist(var.operators)),
-    )
-    frames               = concat([for c in ["worker"] : local.role_members[c] if contains(var.roles, c)], [local.sched_member])
-    worker               = [local.push_member]
-    projector            = concat([local.push_member, local.sched_member], sort(tolist(var.operators)))
-    spool_drainer        = concat([for c in ["ingress", "subscription_runtime"] : local.role_members[c] if contains(var.roles, c)], [local.sched_member])
+  # The caller roles of each service: run.invoker on its Cloud Run services goes to exactly their
+  # members, and its app maps each member's email to its role (NOETL_INTERNAL_API_CALLERS,
+  # <role>=<email>), whose routes noetl_cloud.auth.roles.POLICY lists (tests/unit/test_roles.py checks
+  # that this map and the policy agree). ingress is public (allUsers, set by the stack on that one
+  # service); subscription_runtime is called by no one. The Pub/Sub push identity (pubsub_push) appears
+  # only under worker and projector, whose push endpoints (POST /) verify it; the scheduler only under
+  # the services its jobs call (execute: outbox sweep, command reaper, retention, scheduled
+  # executions; frames: the reaper; projector: the catch-up; spool_drainer: the drain). The deployer
+  # smoke-tests execute after a rollout (GET /api/catalog); it can already run any image as execute's
+  # account, so this gives it nothing new. The drainer asks itself to drain when a circuit closes.
+  service_callers = {
+    execute              = ["ingress", "worker", "spool_drainer", "subscription_runtime", "scheduler", "operator", "deployer"]
+    frames               = ["worker", "scheduler"]
+    worker               = ["pubsub_push"]
+    projector            = ["pubsub_push", "scheduler", "operator"]
+    spool_drainer        = ["ingress", "subscription_runtime", "spool_drainer", "scheduler", "operator"]
     subscription_runtime = []
     ingress              = []
   }
 
-  # The ID-token allowlist of each role's internal API (/api/*, /drain): its callers less the push
-  # identity, whose tokens only the push endpoints (POST /) accept. execute's API also admits the
-  # deployer, which Cloud Build uses to smoke-test the control plane and its database after a rollout
-  # (execute accepts traffic from outside the VPC; the projector is internal-only, which Cloud
-  # Build's traffic is not). The deployer can already run any image as execute's account, so this
-  # gives it nothing new.
+  # The IAM members holding each caller role (a role not deployed has none).
+  caller_members = merge(
+    { for r in ["ingress", "worker", "spool_drainer", "subscription_runtime"] : r => contains(var.roles, r) ? [local.role_members[r]] : [] },
+    {
+      scheduler   = [local.sched_member]
+      operator    = sort(tolist(var.operators))
+      deployer    = ["serviceAccount:${local.emails.deployer}"]
+      pubsub_push = [local.push_member]
+    },
+  )
+
+  # The callers of each service, as IAM members (its run.invoker grants).
+  callers = { for s, caller_roles in local.service_callers : s => flatten([for r in caller_roles : local.caller_members[r]]) }
+
+  # The ID-token allowlist of each internal API (/api/*, /drain), as <role>=<email> entries: its
+  # callers less the push identity, whose tokens only the push endpoints (POST /) accept.
   api_callers = {
-    execute = concat(
-      [local.emails.deployer],
-      [for m in local.callers.execute : split(":", m)[1]],
-    )
-    frames        = [for m in local.callers.frames : split(":", m)[1]]
-    spool_drainer = [for m in local.callers.spool_drainer : split(":", m)[1]]
-    projector     = [for m in local.callers.projector : split(":", m)[1] if m != local.push_member]
+    for s in ["execute", "frames", "projector", "spool_drainer"] : s => flatten([
+      for r in local.service_callers[s] : [for m in local.caller_members[r] : "${r}=${split(":", m)[1]}"] if r != "pubsub_push"
+    ])
   }
 
   cloudsql_condition = {

@@ -36,17 +36,14 @@ output "cloudsql_accounts" {
 }
 
 output "invokers" {
-  description = "IAM members granted run.invoker on each role's services: the callers of the role, the scheduler on the services its jobs call, the push identity only on worker and projector, the operators on execute and projector, the deployer on execute (its post-rollout smoke test)."
+  description = "IAM members granted run.invoker on each role's services: the members of its caller roles (local.service_callers): the scheduler on the services its jobs call, the push identity only on worker and projector, the operators on execute, projector and spool_drainer, the deployer on execute (its post-rollout smoke test)."
   value = {
-    for r in var.roles : r => toset(concat(
-      local.callers[r],
-      r == "execute" ? ["serviceAccount:${local.emails.deployer}"] : [],
-    ))
+    for r in var.roles : r => toset(local.callers[r])
   }
   depends_on = [google_service_account.role, google_service_account.push, google_service_account.scheduler, google_service_account.deployer]
 }
 
 output "api_callers" {
-  description = "Emails whose Google ID tokens each role's internal API accepts (its NOETL_INTERNAL_API_CALLERS), for execute, frames, projector and spool_drainer."
+  description = "The <role>=<email> entries of the callers whose Google ID tokens each role's internal API accepts, each mapped to its caller role (its NOETL_INTERNAL_API_CALLERS), for execute, frames, projector and spool_drainer."
   value       = local.api_callers
 }

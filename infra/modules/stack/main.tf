@@ -123,7 +123,6 @@ locals {
       NOETL_INTERNAL_API_AUDIENCE = try(local.url["execute"], "")
       NOETL_INTERNAL_API_CALLERS  = join(",", module.iam.api_callers["execute"])
       NOETL_SECRETS_BACKEND       = "secret_manager"
-      NOETL_INGRESS_PRINCIPALS    = try(module.iam.role_emails["ingress"], "")
       # Retention archives expired executions here (Parquet) before it removes them (docs/retention.md).
       NOETL_PAYLOAD_BACKEND = "gcs"
       NOETL_PAYLOAD_BUCKET  = module.payload_bucket.name

@@ -242,7 +242,7 @@ variable "runtime_subscriptions" {
 }
 
 variable "operators" {
-  description = "Service accounts (serviceAccount:<email>) allowed to call the internal APIs of execute and projector (replay verification, noetl-cloud execute): granted run.invoker on those two services and listed in their NOETL_INTERNAL_API_CALLERS. The apps verify ID tokens minted for their URL, which a person gets by impersonating one of these accounts (docs/deploy.md)."
+  description = "Service accounts (serviceAccount:<email>) of the operator caller role: the internal APIs of execute, projector and the spool drainer (the CLI, the console, replay verification, noetl-cloud execute; the routes noetl_cloud.auth.roles.POLICY admits operators to): granted run.invoker on those services and listed as operator=<email> in their NOETL_INTERNAL_API_CALLERS. The apps verify ID tokens minted for their URL, which a person gets by impersonating one of these accounts (docs/deploy.md)."
   type        = set(string)
   default     = []
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from flask import request
 
 from noetl_cloud.auth.internal import InternalAuth
+from noetl_cloud.auth.roles import PUSH
 from noetl_cloud.errors import ConfigError
 from noetl_cloud.settings import Settings
 
@@ -29,7 +30,7 @@ def push_auth(settings: Settings, role: str) -> InternalAuth:
             code="config_missing",
             details={"variables": names},
         )
-    return InternalAuth(token=token, audience=audience, allowed_emails=[account] if account else None)
+    return InternalAuth(token=token, roles={PUSH}, audience=audience, allowed_emails=[account] if account else None)
 
 
 def push_credentials(settings: Settings, role: str) -> str | None:

@@ -16,11 +16,11 @@ from sqlalchemy.exc import DBAPIError
 
 from noetl_cloud import console, telemetry
 from noetl_cloud.auth.internal import InternalAuth, install
-from noetl_cloud.control import executions_api, runtime_events, spool_events
+from noetl_cloud.control import executions_api, ingress_scope, runtime_events, spool_events
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import BatchRequest, ExecuteRequest
 from noetl_cloud.control.reports import WorkerRef, WorkerReport
-from noetl_cloud.errors import BadRequest, Forbidden
+from noetl_cloud.errors import BadRequest
 from noetl_cloud.observability import configure_logging
 from noetl_cloud.replay import api as replay_api
 from noetl_cloud.settings import Settings
@@ -122,7 +122,10 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     @app.post("/api/execute")
     @body_limit(MAX_FORWARD_BYTES)  # what the ingress accepts (a listener's body up to 32 MiB), it forwards
     def execute() -> tuple[dict[str, Any], int]:
-        result = plane.executions.start_one(json_body(ExecuteRequest))
+        body = json_body(ExecuteRequest)
+        if ingress_scope.scoped(g.caller.roles):  # the ingress starts its listeners' playbooks only
+            plane.ingress_scope.check(body)
+        result = plane.executions.start_one(body)
         telemetry.annotate(**{"noetl.execution_id": result.execution_id, "noetl.status": result.status})
         return {
             "execution_id": result.execution_id,
@@ -188,17 +191,13 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     # -- internal -------------------------------------------------------------------------------
 
     @app.get("/api/internal/ingress/<listener:listener>")
-    def listener_config(listener: str) -> Response:
-        if settings.ingress_principals and g.caller.principal not in settings.ingress_principals:
-            raise Forbidden("only the ingress role reads listener configuration", code="not_ingress")
+    def listener_config(listener: str) -> Response:  # the ingress role's alone (auth.roles.POLICY)
         response = jsonify(plane.listeners.config(listener))
         response.headers["Cache-Control"] = "no-store"
         return response
 
     @app.post("/api/internal/ingress/<listener:listener>/audit")
     def listener_audit(listener: str) -> tuple[dict[str, Any], int]:
-        if settings.ingress_principals and g.caller.principal not in settings.ingress_principals:
-            raise Forbidden("only the ingress role records listener verdicts", code="not_ingress")
         body = json_body(Audit)
         event_id = plane.listeners.audit(listener, body.event_type, body.payload.model_dump(exclude_none=True))
         return {"event_id": event_id}, 201
@@ -260,7 +259,5 @@ def app_from_env(env: Mapping[str, str]) -> Flask:
     """The execute role, configured from the process environment (the entry point's one call)."""
     settings = Settings.from_env(env, role="execute")
     configure_logging(settings.log_level, project_id=settings.project_id, role="execute")
-    auth = InternalAuth.from_settings(
-        settings, audience=settings.internal_api_audience, allowed_emails=settings.internal_api_callers or None
-    )
+    auth = InternalAuth.from_settings(settings, audience=settings.internal_api_audience)
     return build_app(ControlPlane(settings, env=env), auth)

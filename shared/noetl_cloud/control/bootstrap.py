@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from noetl_cloud.control.catalog import CatalogService
 from noetl_cloud.control.execution_queries import ExecutionQueries
 from noetl_cloud.control.executions import ExecutionService
+from noetl_cloud.control.ingress_scope import IngressScope
 from noetl_cloud.control.lifecycle import SubscriptionService
 from noetl_cloud.control.listeners import ListenerService
 from noetl_cloud.control.orchestrator import Orchestrator
@@ -140,6 +141,10 @@ class ControlPlane:
 
         tenant = (self.settings.tenant_id, self.settings.organization_id)
         return ScheduledSubscriptions(self.engine, self.catalog, self.subscriptions, self.executions, tenant=tenant)
+
+    @cached_property
+    def ingress_scope(self) -> IngressScope:
+        return IngressScope(self.catalog)
 
     @cached_property
     def retention(self) -> RetentionService:

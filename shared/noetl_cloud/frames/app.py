@@ -138,7 +138,5 @@ def app_from_env(env: Mapping[str, str]) -> Flask:
     """The frames role, configured from the process environment (the entry point's one call)."""
     settings = Settings.from_env(env, role="frames")
     configure_logging(settings.log_level, project_id=settings.project_id, role="frames")
-    auth = InternalAuth.from_settings(
-        settings, audience=settings.internal_api_audience, allowed_emails=settings.internal_api_callers or None
-    )
+    auth = InternalAuth.from_settings(settings, audience=settings.internal_api_audience)
     return build_app(settings, FramesPlane(settings).service, auth)

@@ -3,7 +3,9 @@
 State lives in one folder (default ``local/.state`` of the checkout, found from the working directory
 or from where the package is installed, so the commands work from any folder; git-ignored;
 ``NOETL_LOCAL_STATE_DIR`` moves it): ``stack.json`` records what this launcher started (pid,
-port, start-up time), ``env`` holds the connection environment, ``logs/`` each component's log.
+port, start-up time), ``env`` holds the connection environment (the operator's credentials, so it is
+readable by its owner only), ``tokens.json`` one token per purpose (:mod:`noetl_cloud.local.tokens`),
+``logs/`` each component's log.
 
 ``up`` is idempotent: a component whose recorded process still runs and answers is reused; a
 port that answers but was not started by this state folder is an error, never silently shared.
@@ -13,7 +15,6 @@ port that answers but was not started by this state folder is an error, never si
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noetl_cloud.local import components, process
+from noetl_cloud.local import components, process, tokens
 from noetl_cloud.local.components import PROJECT_ID, Component, Ports, StackError
 
 DEFAULT_PORT_BASE = 15430
@@ -143,25 +144,32 @@ class LocalStack:
         """The roles this checkout has (``functions/<role>/main.py``), in start order."""
         return [r for r in ROLE_PORTS if (self.root / "functions" / r / "main.py").exists()]
 
-    def role_components(self, roles: list[str], env: dict[str, str]) -> dict[str, Component]:
+    def role_components(
+        self, roles: list[str], env: dict[str, str], keys: Mapping[str, str] | None = None
+    ) -> dict[str, Component]:
+        """The roles' components with ``env``; given the stack's ``keys`` (its tokens), each role's
+        environment carries only that role's credentials (:func:`noetl_cloud.local.tokens.role_env`)."""
         out = {}
         for r in roles:
             port = self.port_base + ROLE_PORTS[r]
+            role_env = tokens.role_env(r, env, keys) if keys is not None else env
             if r == RUNTIME:
                 from noetl_cloud.demo.setup import RUNTIME_SUBSCRIPTION
 
-                runtime_env = {**env, "NOETL_SUBSCRIPTION_PATH": RUNTIME_SUBSCRIPTION} if env else env
+                runtime_env = {**role_env, "NOETL_SUBSCRIPTION_PATH": RUNTIME_SUBSCRIPTION} if env else role_env
                 out[r] = components.runtime(self.state_dir, port, self.root, runtime_env)
             else:
-                out[r] = components.role(self.state_dir, port, r, self.root, env, workers=ROLE_WORKERS.get(r, 2))
+                out[r] = components.role(self.state_dir, port, r, self.root, role_env, workers=ROLE_WORKERS.get(r, 2))
         return out
 
-    def scheduler_component(self, env: dict[str, str]) -> Component:
-        """The scheduler, calling every role a maintenance job targets on this stack's ports."""
+    def scheduler_component(self, env: dict[str, str], keys: Mapping[str, str] | None = None) -> Component:
+        """The scheduler, calling every role a maintenance job targets on this stack's ports (as the
+        scheduler's caller role, given the stack's ``keys``)."""
         from noetl_cloud.maintenance.schedule import JOBS
 
         urls = {job.role: f"http://127.0.0.1:{self.port_base + ROLE_PORTS[job.role]}" for job in JOBS}
-        return components.scheduler(self.state_dir, self.port_base + SCHEDULER_PORT, urls, env)
+        scheduler_env = tokens.role_env(SCHEDULER, env, keys) if keys is not None else env
+        return components.scheduler(self.state_dir, self.port_base + SCHEDULER_PORT, urls, scheduler_env)
 
     # -- state file ---------------------------------------------------------------------------
 
@@ -197,9 +205,10 @@ class LocalStack:
         topics = self._ensure_topics(env)
         echo(f"{'topics':<10} {', '.join(topics)}")
         if roles:
-            env.update(self._role_env(env))
+            keys = tokens.ensure_tokens(self.state_dir)
+            env.update(self._role_env(env, keys))
             self._ensure_spool_bucket(env)
-            role_comps = self.role_components(roles, env)
+            role_comps = self.role_components(roles, env, keys)
             self._start(tuple(r for r in roles if r != RUNTIME), role_comps, recorded, state, echo)
             if "worker" in roles:
                 echo(f"{'push':<10} {self._ensure_worker_push(env)}")
@@ -212,9 +221,10 @@ class LocalStack:
                 echo(f"{'demo':<10} {prepare(env, Path(env['NOETL_SECRETS_DIR']))}")
             if RUNTIME in roles:
                 self._start((RUNTIME,), role_comps, recorded, state, echo)
-            self._start((SCHEDULER,), {SCHEDULER: self.scheduler_component(env)}, recorded, state, echo)
+            self._start((SCHEDULER,), {SCHEDULER: self.scheduler_component(env, keys)}, recorded, state, echo)
         elif self._roles_running(recorded, env):
-            env.update(self._role_env(env))  # roles started earlier still run: the file keeps describing them
+            # Roles started earlier still run: the file keeps describing them.
+            env.update(self._role_env(env, tokens.ensure_tokens(self.state_dir)))
         self._write_env(env)
         echo(f"stack up in {time.monotonic() - total:.2f} s; environment: {self.env_file}")
         return env
@@ -255,28 +265,19 @@ class LocalStack:
         """Whether a role this state folder started still runs (``up`` without roles, as the test
         suite calls it, must not drop their settings from the environment file)."""
         roles = [name for name in ROLE_PORTS if name in recorded]
-        if not roles:
-            return False
-        comps = self.role_components(roles, {**env, **self._role_env(env)})
+        comps = self.role_components(roles, env) if roles else {}
         return any(process.alive(recorded[name].get("pid"), comps[name].marker) for name in roles if name in comps)
 
-    def _role_env(self, env: dict[str, str]) -> dict[str, str]:
-        """What the roles need beyond the stack: the internal API token (made once per state
-        folder) and the control plane's URL."""
-        token_file = self.state_dir / "api_token"
-        if not token_file.exists():
-            token_file.write_text(secrets.token_hex(24))
-            token_file.chmod(0o600)
-        token = token_file.read_text().strip()
+    def _role_env(self, env: dict[str, str], keys: Mapping[str, str]) -> dict[str, str]:
+        """What the roles need beyond the stack: the operator's credentials (the ``env`` file's; each
+        role gets its own instead, :meth:`role_components`) and the control plane's URL."""
         return {
-            "NOETL_INTERNAL_API_TOKEN": token,
+            # The operator's API token and the push tokens: the emulator's push carries no credentials,
+            # so the local worker and projector take their bearer tokens in the push endpoint's query
+            # (deployed, they verify the push OIDC token).
+            **tokens.operator_env(keys),
             "NOETL_API_URL": f"http://127.0.0.1:{self.port_base + ROLE_PORTS['execute']}",
-            # The emulator's push carries no credentials: the local worker takes a bearer token in the
-            # push endpoint's query instead (a deployed worker verifies the push OIDC token).
-            "NOETL_WORKER_PUSH_TOKEN": token,
             "NOETL_WORKER_POOL": "shared",
-            # The projector answers the emulator's pushes of noetl-events with this token too.
-            "NOETL_PROJECTOR_PUSH_TOKEN": token,
             # Cursor loops: workers claim frames from the frames role and write frame rows to a folder.
             "NOETL_FRAMES_URL": f"http://127.0.0.1:{self.port_base + ROLE_PORTS['frames']}",
             "NOETL_PAYLOAD_BACKEND": "filesystem",
@@ -496,7 +497,7 @@ class LocalStack:
 
     def _write_env(self, env: dict[str, str]) -> None:
         body = "# written by `noetl-cloud local up`\n" + "".join(f"{k}={v}\n" for k, v in sorted(env.items()))
-        self.env_file.write_text(body)
+        tokens.write_private(self.env_file, body)  # the operator's credentials: owner only (0600)
 
     @staticmethod
     def _migrate(env: dict[str, str]) -> None:

@@ -88,7 +88,8 @@ _REPLAY = {
 EXECUTE = RoleContract(
     title="NoETL Cloud execute (control plane)",
     description="Catalog, executions, commands and events, subscriptions, listener configuration. "
-    "Every /api/ route needs a Google ID token of an allowed caller (locally NOETL_INTERNAL_API_TOKEN).",
+    "Every /api/ route needs a Google ID token of an allowed caller (locally a token of its purpose) and "
+    "admits only some caller roles (403 forbidden_role otherwise; docs/security.md).",
     secured_prefixes=("/api/",),
     pages=("console",),  # the operators' console (docs/console.md), behind the same authentication
     operations={
@@ -196,7 +197,7 @@ EXECUTE = RoleContract(
 FRAMES = RoleContract(
     title="NoETL Cloud frames",
     description="Stage and frame leases: claim, heartbeat, commit; the reaper. Every /api/ route needs a "
-    "Google ID token of an allowed caller (locally NOETL_INTERNAL_API_TOKEN).",
+    "Google ID token of the worker or the scheduler (locally their tokens), each admitted to its own routes.",
     secured_prefixes=("/api/",),
     operations={
         **_HEALTH,

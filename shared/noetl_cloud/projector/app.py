@@ -102,7 +102,5 @@ def app_from_env(env: Mapping[str, str]) -> Flask:
     """The projector role, configured from the process environment (the entry point's one call)."""
     settings = Settings.from_env(env, role="projector")
     configure_logging(settings.log_level, project_id=settings.project_id, role="projector")
-    api_auth = InternalAuth.from_settings(
-        settings, audience=settings.internal_api_audience, allowed_emails=settings.internal_api_callers or None
-    )
+    api_auth = InternalAuth.from_settings(settings, audience=settings.internal_api_audience)
     return build_app(ProjectorRole(settings), push_auth_from_settings(settings), api_auth)

@@ -53,5 +53,5 @@ def app_from_env(env: Mapping[str, str]) -> Flask:
     audience = None
     if settings.internal_api_audience is not None:
         audience = settings.spool_drainer_url or settings.internal_api_audience
-    auth = InternalAuth.from_settings(settings, audience=audience, allowed_emails=settings.internal_api_callers or None)
+    auth = InternalAuth.from_settings(settings, audience=audience)
     return build_app(settings, drain_service(settings), auth)

@@ -147,6 +147,7 @@ def create_app(role: str, settings: Settings) -> Flask:
     app.url_map.converters["listener"] = ListenerConverter
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.config["NOETL_SETTINGS"] = settings
+    app.config["NOETL_ROLE"] = role  # the service whose routes noetl_cloud.auth.roles.POLICY lists
     register_error_handlers(app)
     telemetry.configure(settings, role)
     spanned = role not in _PUSHED_ROLES

@@ -171,11 +171,13 @@ def test_a_redirect_to_a_refused_address_is_not_followed() -> None:
 
 def test_the_local_stack_allows_the_demo_api_port_and_what_its_launcher_adds(tmp_path: Any) -> None:
     from noetl_cloud.local.stack import DEMO_API_PORT, LocalStack
+    from noetl_cloud.local.tokens import ensure_tokens
 
     env = {"NOETL_LOCAL_PORT_BASE": "29430", "NOETL_LOCAL_STATE_DIR": str(tmp_path)}
-    allow = LocalStack.from_env(env)._role_env({})["NOETL_HTTP_TOOL_ALLOW"]
+    keys = ensure_tokens(tmp_path)
+    allow = LocalStack.from_env(env)._role_env({}, keys)["NOETL_HTTP_TOOL_ALLOW"]
     assert allow == f"127.0.0.1:{29430 + DEMO_API_PORT}"
-    more = LocalStack.from_env({**env, "NOETL_LOCAL_HTTP_TOOL_ALLOW": "127.0.0.1:8080"})._role_env({})
+    more = LocalStack.from_env({**env, "NOETL_LOCAL_HTTP_TOOL_ALLOW": "127.0.0.1:8080"})._role_env({}, keys)
     assert Settings.from_env({"NOETL_HTTP_TOOL_ALLOW": more["NOETL_HTTP_TOOL_ALLOW"]}).http_tool_allow == (
         allow,
         "127.0.0.1:8080",
