@@ -94,6 +94,9 @@ POLICY: dict[str, dict[Route, frozenset[str]]] = {
         ("POST", "/api/internal/reaper"): _MAINTENANCE,
         ("POST", "/api/internal/retention"): _MAINTENANCE,
         ("POST", "/api/internal/outbox/sweep"): _MAINTENANCE,
+        # scheduled subscriptions: the tick runs what is due; the schedule report is the scheduler's status
+        ("POST", "/api/internal/subscriptions/tick"): _MAINTENANCE,
+        ("GET", "/api/internal/subscriptions/schedule"): _MAINTENANCE,
         ("GET", "/api/internal/outbox/relay"): _OPS,
         # reading for operators: replay, traces, the console
         ("GET", "/api/replay/state"): _OPS,
