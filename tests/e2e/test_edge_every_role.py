@@ -35,6 +35,7 @@ NO_BODY = {
     "/api/internal/reaper",
     "/api/internal/retention",
     "/api/internal/outbox/sweep",
+    "/api/internal/subscriptions/tick",
     "/api/internal/projector/catch-up",
     "/api/internal/frames/reap",
 }

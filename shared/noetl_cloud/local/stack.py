@@ -222,10 +222,12 @@ class LocalStack:
             if RUNTIME in roles:
                 self._start((RUNTIME,), role_comps, recorded, state, echo)
             self._start((SCHEDULER,), {SCHEDULER: self.scheduler_component(env, keys)}, recorded, state, echo)
-        elif self._roles_running(recorded, env):
-            # Roles started earlier still run: the file keeps describing them.
-            env.update(self._role_env(env, tokens.ensure_tokens(self.state_dir)))
-        self._write_env(env)
+        described = env
+        if not roles and self._roles_running(recorded, env):
+            # Roles started earlier still run: the file keeps describing them (the answer stays the
+            # services' environment, what a caller of ``up`` without roles asked for).
+            described = {**env, **self._role_env(env, tokens.ensure_tokens(self.state_dir))}
+        self._write_env(described)
         echo(f"stack up in {time.monotonic() - total:.2f} s; environment: {self.env_file}")
         return env
 
