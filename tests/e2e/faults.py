@@ -65,6 +65,7 @@ workflow:
       kind: http
       method: POST
       url: "{{{{ workload.effect_url }}}}"
+      headers: {{Idempotency-Key: "{{{{ workload.payload.key }}}}"}}
       json: {{key: "{{{{ workload.payload.key }}}}"}}
 """
 
@@ -93,10 +94,14 @@ spec:
 
 
 class EffectSink:
-    """The external system the playbook acts on: counts the POSTs per message key."""
+    """The external system the playbook acts on. It counts the POSTs per message key (``calls``) and
+    the effects it applied (``counts``): like a payments API, it applies a request whose
+    ``Idempotency-Key`` it has already applied no second time (it answers it as the first)."""
 
     def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()
+        self.applied: set[str] = set()  # the idempotency keys applied
         self.first: dict[str, float] = {}  # the monotonic time of each key's first effect
         self.delay_s = 0.0  # how long the external system takes per call (the frames scenario slows it)
         self._lock = threading.Lock()
@@ -110,9 +115,14 @@ class EffectSink:
                 key = str(body.get("key"))
                 if sink.delay_s:
                     time.sleep(sink.delay_s)  # the external system's own latency, not a wait in a test
+                idempotency_key = self.headers.get("Idempotency-Key")
                 with sink._lock:
-                    sink.counts[key] += 1
-                    sink.first.setdefault(key, time.monotonic())
+                    sink.calls[key] += 1
+                    if idempotency_key is None or idempotency_key not in sink.applied:
+                        sink.counts[key] += 1
+                        sink.first.setdefault(key, time.monotonic())
+                    if idempotency_key is not None:
+                        sink.applied.add(idempotency_key)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", "2")
@@ -128,8 +138,14 @@ class EffectSink:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/effect"
 
     def of(self, keys: Iterable[str]) -> dict[str, int]:
+        """The effects applied per key."""
         with self._lock:
             return {key: self.counts.get(key, 0) for key in keys}
+
+    def resent(self, keys: Iterable[str]) -> int:
+        """Calls beyond the first per key (a task that ran again), applied or not."""
+        with self._lock:
+            return sum(max(0, self.calls.get(key, 0) - 1) for key in keys)
 
     def done_at(self, keys: Iterable[str]) -> float | None:
         """When the last of ``keys`` got its first effect (monotonic); ``None`` while one has none."""
@@ -153,7 +169,8 @@ class Outcome:
     lost: int = 0
     terminal: int = 0
     completed: int = 0
-    effect_reruns: int = 0
+    effect_reruns: int = 0  # effects applied twice (or more) for one key
+    resent: int = 0  # calls repeated for one key (a task run again), absorbed by the idempotency key
     reissued: int = 0  # commands issued again because their claim lease ran out (their effect may rerun)
     parity_ok: int = 0
     seconds: float = 0.0
@@ -512,6 +529,7 @@ class FaultStack:
         outcome.completed = sum(1 for r in rows if r.status == "completed")
         effects = self.sink.of(keys)
         outcome.effect_reruns = sum(n - 1 for n in effects.values() if n > 1)
+        outcome.resent = self.sink.resent(keys)
         outcome.reissued = int(
             self.sql(
                 "SELECT count(*) AS n FROM event WHERE event_type = 'command.issued' "

@@ -48,6 +48,7 @@ workflow:
           kind: http
           method: POST
           url: "{{{{ workload.effect_url }}}}"
+          headers: {{Idempotency-Key: "{{{{ iter.row.k }}}}"}}
           json: {{key: "{{{{ iter.row.k }}}}"}}
 """
 
@@ -103,6 +104,7 @@ def measure(stack: FaultStack, outcome: Outcome, execution_id: str, keys: list[s
     outcome.executions = 1
     outcome.lost = sum(1 for n in effects.values() if n == 0)
     outcome.effect_reruns = sum(n - 1 for n in effects.values() if n > 1)
+    outcome.resent = stack.sink.resent(keys)
     state = status(stack, execution_id)
     outcome.terminal = int(state in ("completed", "failed", "cancelled"))
     outcome.completed = int(state == "completed")

@@ -27,14 +27,14 @@ def _secs(value: float | None) -> str:
 def table(outcomes: list[Outcome]) -> list[str]:
     head = (
         f"{'scenario':<24} {'msgs':>5} {'lost':>5} {'dup effects':>11} {'recovery s':>10} {'execs':>6} "
-        f"{'dup execs':>9} {'completed':>9} {'reissued':>8} {'parity':>6} {'secs':>6}"
+        f"{'dup execs':>9} {'completed':>9} {'reissued':>8} {'re-sent':>7} {'parity':>6} {'secs':>6}"
     )
     lines = [head, "-" * len(head)]
     for o in outcomes:
         lines.append(
             f"{o.scenario:<24} {o.messages_in:>5} {o.lost:>5} {o.effect_reruns:>11} {_secs(o.recovery_s):>10} "
-            f"{o.executions:>6} {o.duplicates:>9} {o.completed:>9} {o.reissued:>8} {o.parity_ok:>6} {o.seconds:>6.1f}"
-            + (f"  ({'; '.join(o.notes)})" if o.notes else "")
+            f"{o.executions:>6} {o.duplicates:>9} {o.completed:>9} {o.reissued:>8} {o.resent:>7} {o.parity_ok:>6} "
+            f"{o.seconds:>6.1f}" + (f"  ({'; '.join(o.notes)})" if o.notes else "")
         )
     return lines
 
@@ -55,7 +55,7 @@ def write(path: Path, outcomes: list[Outcome], wall_s: float, passed: int, total
         BEGIN,
         "",
         f"Last run: {when}, {os.cpu_count()} cores ({platform.machine()}), load average {load} at the end;",
-        f"{passed} of {total} scenarios passed, {wall_s:.0f} s for the whole module (stack up, scenarios, down).",
+        f"{passed} of {total} scenarios passed, {wall_s:.0f} s for the scenarios (the stack's start and stop aside).",
         "",
         "```",
         *table(outcomes),

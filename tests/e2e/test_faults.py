@@ -111,6 +111,9 @@ def failures(o: Outcome) -> list[str]:
         *(["lost"] if o.lost else []),
         *(["duplicate executions"] if o.duplicates else []),
         *(["duplicate effects"] if o.effect_reruns else []),
+        # A task runs again only when its command (or frame) was issued again: a repeated call that
+        # no re-issue explains is a bug, even though the idempotency key kept it from applying twice.
+        *(["calls repeated without a re-issue"] if o.resent > o.reissued else []),
         *(["not all ended"] if o.terminal != o.executions or not o.executions else []),
         *(["not all completed"] if o.completed != o.executions else []),
         *(["parity"] if o.parity_ok != o.executions else []),
