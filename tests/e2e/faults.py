@@ -39,6 +39,7 @@ from noetl_cloud.local.components import PROJECT_ID
 from noetl_cloud.local.process import stop_group, wait_until
 from noetl_cloud.local.stack import ROLE_PORTS, ROLE_WORKERS, LocalStack
 from noetl_cloud.web.client import ApiClient, static_token
+from tests.e2e.faults_frames import frames_playbook
 from tests.e2e.roles import ROOT, start, start_runtime
 from tests.e2e.test_subscription_runtime import subscription as pull_subscription
 
@@ -51,6 +52,7 @@ INBOUND = "faults-inbound"  # the topic a source publishes to; pushed to the ing
 PULL = "faults-pull"  # the topic the subscription runtime pulls
 LISTENER = "faults"
 PLAYBOOK = "faults/effect"
+ROLES = ("execute", "worker", "projector", "frames", "ingress", "spool_drainer")
 
 PLAYBOOK_YAML = """\
 apiVersion: noetl.io/v2
@@ -63,6 +65,7 @@ workflow:
       kind: http
       method: POST
       url: "{{{{ workload.effect_url }}}}"
+      headers: {{Idempotency-Key: "{{{{ workload.payload.key }}}}"}}
       json: {{key: "{{{{ workload.payload.key }}}}"}}
 """
 
@@ -91,10 +94,16 @@ spec:
 
 
 class EffectSink:
-    """The external system the playbook acts on: counts the POSTs per message key."""
+    """The external system the playbook acts on. It counts the POSTs per message key (``calls``) and
+    the effects it applied (``counts``): like a payments API, it applies a request whose
+    ``Idempotency-Key`` it has already applied no second time (it answers it as the first)."""
 
     def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()
+        self.applied: set[str] = set()  # the idempotency keys applied
+        self.first: dict[str, float] = {}  # the monotonic time of each key's first effect
+        self.delay_s = 0.0  # how long the external system takes per call (the frames scenario slows it)
         self._lock = threading.Lock()
         sink = self
 
@@ -103,8 +112,17 @@ class EffectSink:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                key = str(body.get("key"))
+                if sink.delay_s:
+                    time.sleep(sink.delay_s)  # the external system's own latency, not a wait in a test
+                idempotency_key = self.headers.get("Idempotency-Key")
                 with sink._lock:
-                    sink.counts[str(body.get("key"))] += 1
+                    sink.calls[key] += 1
+                    if idempotency_key is None or idempotency_key not in sink.applied:
+                        sink.counts[key] += 1
+                        sink.first.setdefault(key, time.monotonic())
+                    if idempotency_key is not None:
+                        sink.applied.add(idempotency_key)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", "2")
@@ -120,8 +138,20 @@ class EffectSink:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/effect"
 
     def of(self, keys: Iterable[str]) -> dict[str, int]:
+        """The effects applied per key."""
         with self._lock:
             return {key: self.counts.get(key, 0) for key in keys}
+
+    def resent(self, keys: Iterable[str]) -> int:
+        """Calls beyond the first per key (a task that ran again), applied or not."""
+        with self._lock:
+            return sum(max(0, self.calls.get(key, 0) - 1) for key in keys)
+
+    def done_at(self, keys: Iterable[str]) -> float | None:
+        """When the last of ``keys`` got its first effect (monotonic); ``None`` while one has none."""
+        with self._lock:
+            times = [self.first.get(key) for key in keys]
+        return None if any(t is None for t in times) else max(t for t in times if t is not None)
 
     def close(self) -> None:
         self.server.shutdown()
@@ -139,10 +169,12 @@ class Outcome:
     lost: int = 0
     terminal: int = 0
     completed: int = 0
-    effect_reruns: int = 0
+    effect_reruns: int = 0  # effects applied twice (or more) for one key
+    resent: int = 0  # calls repeated for one key (a task run again), absorbed by the idempotency key
     reissued: int = 0  # commands issued again because their claim lease ran out (their effect may rerun)
     parity_ok: int = 0
     seconds: float = 0.0
+    recovery_s: float | None = None  # from the fault's injection until every message's effect was done
     notes: list[str] = field(default_factory=list)
 
 
@@ -197,6 +229,8 @@ class FaultStack:
             "NOETL_SPOOL_LEASE_TTL_S": "3",
             "NOETL_SPOOL_DRAINER_URL": self.url("spool_drainer"),
             "NOETL_KV_COLLECTION": f"faults-{secrets.token_hex(4)}",
+            # Cursor loops claim, heartbeat and commit their frames on the frames role.
+            "NOETL_FRAMES_URL": self.url("frames"),
         }
         for key in ("PUBSUB_EMULATOR_HOST", "FIRESTORE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST"):
             os.environ[key] = self.env[key]
@@ -209,7 +243,7 @@ class FaultStack:
         gcs.create_bucket(self.bucket)
         gcs.close()
         self.ensure_pubsub()
-        for name in ("execute", "worker", "projector", "ingress", "spool_drainer"):
+        for name in ROLES:
             self.start_role(name)
         self.api = ApiClient(self.url("execute"), token_source=static_token(TOKEN), timeout_s=30)
         self.api.post(
@@ -229,6 +263,7 @@ class FaultStack:
             runtime={"max_in_flight": 50},
         )
         self.api.post("/api/catalog", json={"content": content}).raise_for_error()
+        self.api.post("/api/catalog", json={"content": frames_playbook(self.sink.url)}).raise_for_error()
         self.start_role("subscription_runtime")
         # Cloud Scheduler's jobs, as the local stack runs them, every second instead of each job's period.
         self.stack.start_scheduler({**self.env, "NOETL_SCHEDULER_EVERY_S": "1"}, echo=lambda _line: None)
@@ -263,11 +298,25 @@ class FaultStack:
         workers = ROLE_WORKERS.get(name, 2)
         self.procs[name] = start(name, self.role_env(name), self.port(name), workers=workers, threads=threads)
 
-    def kill_role(self, name: str) -> None:
-        """SIGKILL the role's whole process group (gunicorn's arbiter and its workers)."""
+    def kill_role(self, name: str) -> float:
+        """SIGKILL the role's whole process group (gunicorn's arbiter and its workers); when (monotonic)."""
         proc = self.procs.pop(name)
         os.killpg(proc.pid, signal.SIGKILL)
+        at = time.monotonic()
         proc.wait()
+        return at
+
+    def ensure_ready(self) -> None:
+        """Every component and role running, as after ``up``, whatever the scenario before left behind
+        (a scenario that failed midway may have left execute stopped or a component down)."""
+        if not all(component.healthy() for component in self.stack.components().values()):
+            self.start_components()
+            self.ensure_pubsub()
+        for name in (*ROLES, "subscription_runtime"):
+            proc = self.procs.get(name)
+            if proc is None or proc.poll() is not None:
+                self.procs.pop(name, None)
+                self.start_role(name)
 
     def stop_role(self, name: str) -> None:
         proc = self.procs.pop(name)
@@ -283,9 +332,11 @@ class FaultStack:
 
     # -- components -----------------------------------------------------------------------------
 
-    def stop_component(self, name: str) -> None:
+    def stop_component(self, name: str) -> float:
+        """Stop one of the stack's components; when (monotonic)."""
         recorded = self.stack._load()["components"][name]
         self.stack.components()[name].stop(int(recorded["pid"]))
+        return time.monotonic()
 
     def start_components(self) -> None:
         """``up`` again: starts what is not running (and re-applies migrations and topics)."""
@@ -423,6 +474,11 @@ class FaultStack:
         with self.engine.connect() as conn:
             return list(conn.execute(text(statement), params).all())
 
+    def sql_write(self, statement: str, **params: Any) -> None:
+        assert self.engine is not None
+        with self.engine.begin() as conn:
+            conn.execute(text(statement), params)
+
     def executions(self, scenario: str) -> list[Any]:
         """(execution_id, status, key) of every execution of the scenario's messages."""
         try:
@@ -473,6 +529,7 @@ class FaultStack:
         outcome.completed = sum(1 for r in rows if r.status == "completed")
         effects = self.sink.of(keys)
         outcome.effect_reruns = sum(n - 1 for n in effects.values() if n > 1)
+        outcome.resent = self.sink.resent(keys)
         outcome.reissued = int(
             self.sql(
                 "SELECT count(*) AS n FROM event WHERE event_type = 'command.issued' "
@@ -495,19 +552,4 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
     assert wait_until(check, timeout=timeout, interval=0.3), f"timed out after {timeout:.0f} s waiting for {what}"
 
 
-def table(outcomes: list[Outcome]) -> list[str]:
-    head = (
-        f"{'scenario':<24} {'msgs in':>7} {'execs':>6} {'dups':>5} {'lost':>5} {'terminal':>8} "
-        f"{'completed':>9} {'reruns':>6} {'reissued':>8} {'parity':>6} {'secs':>6}"
-    )
-    lines = [head, "-" * len(head)]
-    for o in outcomes:
-        lines.append(
-            f"{o.scenario:<24} {o.messages_in:>7} {o.executions:>6} {o.duplicates:>5} {o.lost:>5} "
-            f"{o.terminal:>8} {o.completed:>9} {o.effect_reruns:>6} {o.reissued:>8} {o.parity_ok:>6} {o.seconds:>6.1f}"
-            + (f"  ({'; '.join(o.notes)})" if o.notes else "")
-        )
-    return lines
-
-
-__all__ = ["ENDED", "FaultStack", "Outcome", "table", "wait_for"]
+__all__ = ["ENDED", "FaultStack", "Outcome", "wait_for"]

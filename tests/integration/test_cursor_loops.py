@@ -22,7 +22,7 @@ from noetl_cloud.frames.worker import cursor_plan, run_cursor_slot
 from noetl_cloud.payload import load_rows
 from noetl_cloud.payload.filesystem import FilesystemPayloadStore
 from noetl_cloud.tools.registry import default_registry
-from noetl_cloud.web.client import ApiResponse
+from noetl_cloud.web.client import ApiResponse, UpstreamUnavailable
 from noetl_cloud.worker.run import PlanCache, run_command
 from tests.integration.control_fixtures import Topics, register
 from tests.integration.frame_fixtures import Frames
@@ -347,3 +347,33 @@ def test_the_worker_heartbeats_a_frame_running_three_leases_long_and_it_is_never
     assert (first["status"], first["attempts"], first["row_count"]) == ("COMMITTED", 1, 100)
     # Its body ran at least three leases: twelve heartbeats a quarter lease apart.
     assert first["output_ref"]["metrics"]["ms"] >= 3 * LEASE * 1000
+
+
+class CommitsUnreachable(FlaskApi):
+    """The frames API unreachable for the first ``failures`` commits (its instance restarting)."""
+
+    def __init__(self, clients: Callable[[], FlaskClient], failures: int) -> None:
+        super().__init__(clients)
+        self.failures = failures
+
+    def post(self, path: str, json: Any = None) -> ApiResponse:
+        if path.endswith("/commit"):
+            with self.lock:
+                refuse, self.failures = self.failures > 0, self.failures - 1
+            if refuse:
+                raise UpstreamUnavailable("the frames API could not be reached")
+        return super().post(path, json)
+
+
+def test_a_commit_the_frames_api_could_not_take_is_retried_while_the_lease_holds_and_no_frame_runs_twice(
+    driver: CursorDriver, client: FlaskClient, frames: Frames
+) -> None:
+    driver.frames_api = CommitsUnreachable(frames.client, failures=3)
+    register(client, playbook("frame", 50, 1))
+    detail = driver.run("tests/cursor_frame_50_1")
+    assert detail["status"] == "completed", detail["error"]
+    assert _sql(driver, "SELECT count(*), count(DISTINCT patient) FROM cursor_out") == [(230, 230)]
+    stage_id = str(_sql(driver, "SELECT stage_id FROM stage")[0][0])
+    assert [e["payload"]["attempt"] for e in frames.events(stage_id, "frame.committed")] == [1, 1, 1, 1, 1]
+    assert not frames.events(stage_id, "frame.abandoned")
+    assert driver.frames_api.posts["commit"] == 5  # the refused attempts never reached it

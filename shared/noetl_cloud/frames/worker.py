@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _JOIN_S = 2.0
+_COMMIT_PAUSE_S = 0.5
 
 
 def cursor_plan(command: Mapping[str, Any], plans: PlanCache) -> StepPlan | None:
@@ -294,7 +295,7 @@ class CursorSlot:
         if next_claim is not None and not exhausted:
             body["claim"] = next_claim
             summary.claims += 1  # a claim folded into the commit's request: counted as a claim still
-        committed = self._call(f"/api/frames/{segment(fid)}/commit", body)
+        committed = self._commit(fid, body, beat)
         if not committed.ok:  # 409: the lease went to another worker meanwhile, who commits the frame
             summary.lost += 1
             return []
@@ -308,6 +309,20 @@ class CursorSlot:
             summary.first_error = summary.first_error or {"kind": "frame_failed", "frame_id": fid, "error": failure}
         handed = committed.json.get("frames") if isinstance(committed.json, dict) else None
         return list(handed or [])
+
+    def _commit(self, fid: str, body: dict[str, Any], beat: _Beat) -> ApiResponse:
+        """Commit the frame, retried while its lease still holds: a frames API that is away for a moment
+        (its instance restarted mid-frame) costs no second attempt of the frame's work. Once the lease
+        may have run out the failure is raised, and the frame reaper hands the frame to a new attempt."""
+        path = f"/api/frames/{segment(fid)}/commit"
+        while True:
+            try:
+                return self._call(path, body)
+            except UpstreamUnavailable:
+                if self.stop() or time.monotonic() + _COMMIT_PAUSE_S >= beat.holds_until():
+                    raise
+                log.warning("frame commit failed: the frames API is unreachable; retrying", extra={"frame_id": fid})
+                time.sleep(_COMMIT_PAUSE_S)
 
     def _claim_rows(
         self, sc: StepContext, loop: Loop, policy: FramePolicy, frame: Mapping[str, Any]
@@ -398,6 +413,7 @@ class _Beat:
         self.lease = lease
         self.interval = interval
         self.lost = lost
+        self._held_at = time.monotonic()  # the first heartbeat (before the beat starts) extended the lease
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -407,6 +423,10 @@ class _Beat:
             target=context.run, args=(self._run,), name=f"frame-{self.frame_id}", daemon=True
         )
         self._thread.start()
+
+    def holds_until(self) -> float:
+        """When (monotonic) the lease the last accepted heartbeat extended runs out, less one interval."""
+        return self._held_at + self.lease - self.interval
 
     def stop(self) -> None:
         self._done.set()
@@ -425,6 +445,8 @@ class _Beat:
                 log.info("frame lease lost", extra={"frame_id": self.frame_id, "code": error_code(response)})
                 self.lost.set()
                 return
+            if response.ok:
+                self._held_at = time.monotonic()
 
 
 def _local_ids(prefix: str) -> Callable[[], str]:
