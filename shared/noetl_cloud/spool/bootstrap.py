@@ -125,7 +125,13 @@ class CatalogTargets:
             return None
         spec = document.get("spec") or {}
         kind = source_kind(str(spec.get("source")), "push" if spec.get("mode") == "push" else "pull")
-        return SpoolTarget.from_spec(subscription, spec.get("spool"), source_kind=kind, downstream=self.downstream)
+        return SpoolTarget.from_spec(
+            subscription,
+            spec.get("spool"),
+            source_kind=kind,
+            downstream=self.downstream,
+            downstreams=spec.get("downstreams"),
+        )
 
     def spooling(self) -> list[str]:
         """The registered subscriptions whose ``spool.mode`` is not ``off``."""

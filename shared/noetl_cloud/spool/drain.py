@@ -38,6 +38,7 @@ from typing import Any, Final
 from noetl_cloud import telemetry
 from noetl_cloud.errors import Unavailable
 from noetl_cloud.spool import events as ev
+from noetl_cloud.spool.circuit import CircuitBreaker, probe_due
 from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
 from noetl_cloud.spool.item import SpoolItem, SpoolItemNotFound, SpoolRef, SpoolVersionConflict
 from noetl_cloud.spool.policy import POISON, RETENTION_EXPIRED, drain_order, expired, is_poison
@@ -49,6 +50,7 @@ from noetl_cloud.spool.replayer import (
     Replayer,
     ReplayResult,
     replay_request,
+    with_probe,
 )
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,7 @@ SETTLE_EVERY: Final = 20
 @dataclass
 class DrainReport:
     subscription: str
-    state: str = "drained"  # drained | empty | circuit_open | busy | halted | budget
+    state: str = "drained"  # drained | empty | circuit_open | probing | busy | halted | budget
     replayed: int = 0
     dead_lettered: int = 0
     probed: bool = False
@@ -209,6 +211,7 @@ class Drainer:
                 raise _Stop("circuit_open")
             probe = decision.state
             report.probed = True
+        downstream_probe = self._downstream_probe(target, backend, label, lanes, report)
         count, size = backend.usage(sub)
         self._emit(
             sub,
@@ -257,7 +260,10 @@ class Drainer:
                     if wait > 0:
                         self.sleep(wait)
                     next_at = max(next_at, self.monotonic()) + pace
-                    result = self.replayer.replay(entry.item, entry.payload)
+                    replayed_item = entry.item
+                    if downstream_probe:  # the execution reports its end under the probe's holder
+                        replayed_item = with_probe(entry.item, downstream_probe)
+                    result = self.replayer.replay(replayed_item, entry.payload)
                     if probe is not None:
                         if result.outcome == "unavailable":
                             breaker.record_failure(report.holder)
@@ -301,12 +307,46 @@ class Drainer:
                                 report,
                                 detail=result.detail,
                             )
+                    if downstream_probe:  # one item only: the rest waits for the probe's execution to end
+                        raise _Stop("probing")
             finally:
                 self._settle(sub, backend, pending)
             if plan.halted_lanes:
                 raise _Stop("halted")
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _downstream_probe(
+        self, target: SpoolTarget, backend: SpoolBackend, label: str, lanes: list[str], report: DrainReport
+    ) -> dict[str, str]:
+        """With a declared downstream's circuit open: take its probe (``{name: holder}``) once it is due,
+        else stop (``circuit_open``). Empty when every downstream circuit is closed."""
+        spool = target.spool
+        open_ = []
+        for circuit in target.downstreams:
+            breaker = CircuitBreaker(
+                self.engine.kv, circuit, self.engine.breaker(target).config, clock=self.engine.clock
+            )
+            state = breaker.state()
+            if state.state != "closed":
+                if not probe_due(state, self.engine.clock(), breaker.config):
+                    self._sweep(target, backend, label, lanes, report)
+                    raise _Stop("circuit_open")
+                open_.append(breaker)
+        probes = {}
+        for breaker in open_:
+            decision = breaker.allow(
+                report.holder,
+                mode=spool.mode,
+                source_kind=target.source_kind,
+                hybrid_escalate_after_ms=spool.hybrid_escalate_after_ms,
+            )
+            if decision.action != "probe":  # another drainer took it
+                raise _Stop("circuit_open")
+            probes[breaker.downstream.rpartition("#")[2]] = report.holder
+        if probes:
+            report.probed = True
+        return probes
 
     def _poisoned(
         self,

@@ -125,7 +125,10 @@ class PostgresTool:
                     columns, rows = [], []
                     count = max(cursor.rowcount, 0)
         except exc.DBAPIError as error:
-            return _db_failure(error)
+            failed = _db_failure(error)
+            auth = call.config.get("auth")
+            target = {"postgres_auth": auth if isinstance(auth, str) else None}
+            return Outcome("error", None, {**(failed.error or {}), "target": target}, failed.meta, failed.extra)
         except exc.StatementError as error:  # raised before the server saw it: a bind without a value
             message = str(error.orig) if error.orig is not None else type(error).__name__
             return Outcome.fail("bad_task", message, pg={"code": None, "sqlstate": None})
