@@ -294,3 +294,18 @@ def test_the_watcher_reads_the_catalog_once_per_cache_period() -> None:
     w.clock.advance(11)
     watcher.observe(SUB, "6", "completed", None)
     assert catalog.asked == 2
+
+
+def test_a_probe_item_already_run_passes_the_probe_to_the_next_item() -> None:
+    w = world()
+    watcher, target = watched(w)
+    watcher.observe(SUB, "e1", "failed", ORDERS_503)
+    watcher.observe(SUB, "e2", "failed", ORDERS_503)
+    first = w.spool(target, 1, key=None, reason="downstream_open")
+    w.spool(target, 2, key=None, reason="downstream_open")
+    w.control.replay(first.item, b'{"n": 1, "key": null}')  # replayed by a drainer that died before deleting it
+    w.clock.advance(1.5)
+    assert w.drainer().drain(target).state == "probing"
+    assert [r["workload"]["n"] for r in w.control.executions] == [1, 2]
+    assert w.control.executions[1]["meta"]["spool"]["probe"] == {"orders-api": breaker(w).state().probe_holder}
+    assert len(w.backend.list(SUB)) == 0

@@ -307,7 +307,10 @@ class Drainer:
                                 report,
                                 detail=result.detail,
                             )
-                    if downstream_probe:  # one item only: the rest waits for the probe's execution to end
+                    # One item only: the rest waits for the probe's execution to end. A duplicate (its
+                    # execution exists from an earlier run: it will not report under this holder) passes
+                    # the probe on to the next item.
+                    if downstream_probe and not (result.outcome == "replayed" and result.duplicate):
                         raise _Stop("probing")
             finally:
                 self._settle(sub, backend, pending)

@@ -4,7 +4,9 @@ Task fields: ``method`` (GET), ``url``, ``params`` (query), ``headers``, ``json`
 (text). ``spec.timeout`` is seconds or ``{connect, read}``. The tool does not retry (§6.4: retry with the
 task policy). The result is ``{status_code, headers, data}`` where ``data`` is the body parsed by content
 type (JSON, else text). A status of 400 or more is an error outcome; ``outcome.http`` always holds
-``{status, headers}`` (``status`` is ``None`` when no response arrived).
+``{status, headers}`` (``status`` is ``None`` when no response arrived). A failed request's error names
+what it was aimed at, ``error.target = {http_host, http_port}`` (and ``error.status`` for ``http_status``):
+a subscription's declared ``downstreams`` match it (``noetl_cloud.spool.downstreams``).
 
 Redirects are not followed (``retries=False``: a 3xx is the result). Egress is checked per connection by an
 :class:`~noetl_cloud.tools.egress.EgressPolicy`: by default only public addresses; the resolved address is
