@@ -20,6 +20,7 @@ import base64
 import json
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -250,6 +251,7 @@ def test_a_broken_downstream_opens_the_subscriptions_circuit_spools_and_replays_
     # 3. The endpoint recovers: the drainer's probe (the oldest item) closes the circuit once its
     # execution completes; the drain replays the rest. The drains here stand for the stack's scheduler.
     h.endpoint.status = 200
+    back = time.monotonic()
 
     def recovered() -> bool:
         if h.spool.list(SUB) or h.circuit() != "closed":
@@ -259,6 +261,7 @@ def test_a_broken_downstream_opens_the_subscriptions_circuit_spools_and_replays_
 
     assert wait_until(recovered, timeout=120, interval=0.5), (h.circuit(), len(h.spool.list(SUB)))
     assert wait_until(lambda: len(h.endpoint.served) >= len(spooled), timeout=60), h.endpoint.served
+    print(f"\ndownstream back: spool replayed {time.monotonic() - back:.1f} s later")
     # Each spooled message reached the endpoint exactly once; their executions started in receive order
     # (the spool orders dispatches; the worker runs started executions concurrently).
     assert sorted(h.endpoint.served) == spooled and len(h.endpoint.served) == len(spooled)

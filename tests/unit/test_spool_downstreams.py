@@ -309,3 +309,44 @@ def test_a_probe_item_already_run_passes_the_probe_to_the_next_item() -> None:
     assert [r["workload"]["n"] for r in w.control.executions] == [1, 2]
     assert w.control.executions[1]["meta"]["spool"]["probe"] == {"orders-api": breaker(w).state().probe_holder}
     assert len(w.backend.list(SUB)) == 0
+
+
+def test_a_drain_waits_for_its_probe_and_drains_the_rest_in_the_same_run() -> None:
+    w = world()
+    watcher, target = watched(w)
+    watcher.observe(SUB, "e1", "failed", ORDERS_503)
+    watcher.observe(SUB, "e2", "failed", ORDERS_503)
+    for n in range(1, 4):
+        w.spool(target, n, key=None, reason="downstream_open")
+    w.clock.advance(1.5)
+    polls: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the probe's execution ends while the drainer polls
+        polls.append(seconds)
+        w.clock.sleep(seconds)
+        if len(polls) == 2:
+            holders = w.control.executions[0]["meta"]["spool"]["probe"]
+            watcher.observe(SUB, "p", "completed", None, holders)
+
+    report = w.drainer(probe_wait_s=20.0, sleep=sleep).drain(target)
+    assert (report.state, report.replayed, report.probed) == ("drained", 3, True)
+    assert [r["workload"]["n"] for r in w.control.executions] == [1, 2, 3]
+    assert "probe" not in w.control.executions[1]["meta"]["spool"]
+
+
+def test_a_drain_stops_waiting_when_its_probe_fails() -> None:
+    w = world()
+    watcher, target = watched(w)
+    watcher.observe(SUB, "e1", "failed", ORDERS_503)
+    watcher.observe(SUB, "e2", "failed", ORDERS_503)
+    w.spool(target, 1, key=None, reason="downstream_open")
+    w.spool(target, 2, key=None, reason="downstream_open")
+    w.clock.advance(1.5)
+
+    def sleep(seconds: float) -> None:
+        w.clock.sleep(seconds)
+        watcher.observe(SUB, "p", "failed", ORDERS_503, w.control.executions[0]["meta"]["spool"]["probe"])
+
+    report = w.drainer(probe_wait_s=20.0, sleep=sleep).drain(target)
+    assert report.state == "probing" and len(w.control.executions) == 1
+    assert breaker(w).state().state == "open"

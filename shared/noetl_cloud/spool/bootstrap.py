@@ -187,5 +187,6 @@ def drain_service(settings: Settings, *, kv: KeyValueStore | None = None) -> Dra
         ApiReplayer(api),
         lease_ttl_s=settings.spool_lease_ttl_s,
         budget_s=settings.spool_drain_budget_s,
+        probe_wait_s=settings.spool_probe_wait_s,
     )
     return DrainService(drainer, CatalogTargets(api, downstream_of(settings)))

@@ -115,6 +115,8 @@ class Drainer:
         lease_ttl_s: float = 30.0,
         budget_s: float = 240.0,
         batch: int = 100,
+        probe_wait_s: float = 0.0,
+        probe_poll_s: float = 0.25,
         sleep: Callable[[float], None] = time.sleep,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -124,6 +126,8 @@ class Drainer:
         self.lease_ttl_s = lease_ttl_s
         self.budget_s = budget_s
         self.batch = batch
+        self.probe_wait_s = probe_wait_s
+        self.probe_poll_s = probe_poll_s
         self.sleep = sleep
         self.monotonic = monotonic
         self._leased_at: dict[tuple[str, str], float] = {}
@@ -140,6 +144,9 @@ class Drainer:
         if resume:
             self.engine.resume(sub)
         self._pass(target, backend, label, report)
+        if report.state == "probing" and self._probe_closed(target, report):
+            report.state = "drained"  # the probe's execution closed the circuit: drain the rest now
+            self._pass(target, backend, label, report)
         # Live messages spooled behind the backlog while a pass ran keep the mark: drain them too, at
         # once (each pass is shorter), until a pass ends with the spool empty or the budget is spent.
         cleared = False
@@ -318,6 +325,23 @@ class Drainer:
                 raise _Stop("halted")
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _probe_closed(self, target: SpoolTarget, report: DrainReport) -> bool:
+        """Wait up to ``probe_wait_s`` (polling the store) for the probe's execution to close every downstream
+        circuit: ``True`` once closed, ``False`` when one re-opened or the wait ran out (the next drain goes on)."""
+        deadline = self.monotonic() + self.probe_wait_s
+        config = self.engine.breaker(target).config
+        while self.monotonic() < deadline and self.monotonic() - report.started < self.budget_s:
+            states = [
+                CircuitBreaker(self.engine.kv, d, config, clock=self.engine.clock).state().state
+                for d in target.downstreams
+            ]
+            if all(state == "closed" for state in states):
+                return True
+            if any(state == "open" for state in states):
+                return False
+            self.sleep(self.probe_poll_s)
+        return False
 
     def _downstream_probe(
         self, target: SpoolTarget, backend: SpoolBackend, label: str, lanes: list[str], report: DrainReport
