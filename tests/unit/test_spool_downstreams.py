@@ -350,3 +350,39 @@ def test_a_drain_stops_waiting_when_its_probe_fails() -> None:
     report = w.drainer(probe_wait_s=20.0, sleep=sleep).drain(target)
     assert report.state == "probing" and len(w.control.executions) == 1
     assert breaker(w).state().state == "open"
+
+
+def _tripped(w: World) -> None:
+    watcher, _target = watched(w)
+    watcher.observe(SUB, "e1", "failed", ORDERS_503)
+    watcher.observe(SUB, "e2", "failed", ORDERS_503)
+
+
+def test_the_runtime_gate_holds_a_pull_subscription_by_its_spool_mode() -> None:
+    from noetl_cloud.runtime.spooler import RuntimeSpooler
+    from noetl_cloud.spool.engine import CircuitOpen
+
+    w = world()
+    circuit = {"trip_after": 2, "probe_after_ms": 1000}
+    buffered = RuntimeSpooler(
+        w.engine, SUB, {"mode": "buffer_and_ack", "backend": "gcs", "circuit": circuit}, DOWNSTREAM, [API]
+    )
+    hybrid = RuntimeSpooler(w.engine, SUB, {"mode": "hybrid", "backend": "gcs", "circuit": circuit}, DOWNSTREAM, [API])
+    assert buffered.gate().action == "dispatch" and hybrid.gate().action == "dispatch"
+    _tripped(w)
+    assert buffered.gate().action == "spool"
+    with pytest.raises(CircuitOpen):  # a pull source keeps its messages through a short outage
+        hybrid.gate()
+    w.clock.advance(61)  # hybrid_escalate_after_ms (60 s) passed: spool
+    assert hybrid.gate().action == "spool"
+
+
+def test_the_ingress_gate_reads_the_downstreams_of_the_listener_configuration() -> None:
+    from noetl_cloud.spool.ingress import IngressSpooler
+
+    w = world()
+    spooler = IngressSpooler(w.engine, DOWNSTREAM)
+    config: dict[str, Any] = {"path": SUB, "spool": {"mode": "buffer_and_ack", "backend": "gcs"}}
+    assert spooler.target(config).downstreams == ()
+    declared = {**config, "downstreams": [{"name": "orders-api", "http_hosts": ["orders.example.com"]}]}
+    assert spooler.target(declared).downstreams == (downstream_id(SUB, "orders-api"),)  # a new declaration is read

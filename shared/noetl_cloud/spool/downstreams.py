@@ -43,7 +43,8 @@ from noetl_cloud.kv.port import Clock, KeyValueStore
 from noetl_cloud.spec.downstreams import Downstream
 from noetl_cloud.spec.spool import Spool
 from noetl_cloud.spool import events as ev
-from noetl_cloud.spool.circuit import CircuitBreaker, CircuitConfig
+from noetl_cloud.spool.circuit import CircuitBreaker, CircuitConfig, probe_due
+from noetl_cloud.spool.policy import SourceKind, SpoolMode
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +157,52 @@ def verdicts(
         if any(d.name == name for d in downstreams):
             found.setdefault(name, "ok")
     return found
+
+
+# -- the drainer's probe ---------------------------------------------------------------------------
+
+
+def take_probes(
+    kv: KeyValueStore,
+    circuits: Sequence[str],
+    config: CircuitConfig,
+    clock: Clock,
+    holder: str,
+    *,
+    mode: SpoolMode,
+    source_kind: SourceKind,
+    hybrid_escalate_after_ms: int,
+) -> dict[str, str] | None:
+    """For a drain: ``{}`` when every downstream circuit is closed; ``{name: holder}`` of the probes
+    ``holder`` took (every circuit not closed was due); ``None`` when one is open and not due yet, or
+    another drainer holds its probe (replay nothing)."""
+    breakers = [CircuitBreaker(kv, circuit, config, clock=clock) for circuit in circuits]
+    held = []
+    for breaker in breakers:
+        state = breaker.state()
+        if state.state != "closed":
+            if not probe_due(state, clock(), config):
+                return None
+            held.append(breaker)
+    probes = {}
+    for breaker in held:
+        decision = breaker.allow(
+            holder, mode=mode, source_kind=source_kind, hybrid_escalate_after_ms=hybrid_escalate_after_ms
+        )
+        if decision.action != "probe":
+            return None
+        probes[breaker.downstream.rpartition("#")[2]] = holder
+    return probes
+
+
+def probe_verdict(
+    kv: KeyValueStore, circuits: Sequence[str], config: CircuitConfig, clock: Clock
+) -> Literal["closed", "open", "pending"]:
+    """After a probe: every circuit closed, one re-opened, or still half-open."""
+    states = [CircuitBreaker(kv, circuit, config, clock=clock).state().state for circuit in circuits]
+    if all(state == "closed" for state in states):
+        return "closed"
+    return "open" if any(state == "open" for state in states) else "pending"
 
 
 # -- the watcher in the execute role ---------------------------------------------------------------

@@ -38,7 +38,7 @@ from typing import Any, Final
 from noetl_cloud import telemetry
 from noetl_cloud.errors import Unavailable
 from noetl_cloud.spool import events as ev
-from noetl_cloud.spool.circuit import CircuitBreaker, probe_due
+from noetl_cloud.spool.downstreams import probe_verdict, take_probes
 from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
 from noetl_cloud.spool.item import SpoolItem, SpoolItemNotFound, SpoolRef, SpoolVersionConflict
 from noetl_cloud.spool.policy import POISON, RETENTION_EXPIRED, drain_order, expired, is_poison
@@ -332,14 +332,9 @@ class Drainer:
         deadline = self.monotonic() + self.probe_wait_s
         config = self.engine.breaker(target).config
         while self.monotonic() < deadline and self.monotonic() - report.started < self.budget_s:
-            states = [
-                CircuitBreaker(self.engine.kv, d, config, clock=self.engine.clock).state().state
-                for d in target.downstreams
-            ]
-            if all(state == "closed" for state in states):
-                return True
-            if any(state == "open" for state in states):
-                return False
+            verdict = probe_verdict(self.engine.kv, target.downstreams, config, self.engine.clock)
+            if verdict != "pending":
+                return verdict == "closed"
             self.sleep(self.probe_poll_s)
         return False
 
@@ -349,30 +344,20 @@ class Drainer:
         """With a declared downstream's circuit open: take its probe (``{name: holder}``) once it is due,
         else stop (``circuit_open``). Empty when every downstream circuit is closed."""
         spool = target.spool
-        open_ = []
-        for circuit in target.downstreams:
-            breaker = CircuitBreaker(
-                self.engine.kv, circuit, self.engine.breaker(target).config, clock=self.engine.clock
-            )
-            state = breaker.state()
-            if state.state != "closed":
-                if not probe_due(state, self.engine.clock(), breaker.config):
-                    self._sweep(target, backend, label, lanes, report)
-                    raise _Stop("circuit_open")
-                open_.append(breaker)
-        probes = {}
-        for breaker in open_:
-            decision = breaker.allow(
-                report.holder,
-                mode=spool.mode,
-                source_kind=target.source_kind,
-                hybrid_escalate_after_ms=spool.hybrid_escalate_after_ms,
-            )
-            if decision.action != "probe":  # another drainer took it
-                raise _Stop("circuit_open")
-            probes[breaker.downstream.rpartition("#")[2]] = report.holder
-        if probes:
-            report.probed = True
+        probes = take_probes(
+            self.engine.kv,
+            target.downstreams,
+            self.engine.breaker(target).config,
+            self.engine.clock,
+            report.holder,
+            mode=spool.mode,
+            source_kind=target.source_kind,
+            hybrid_escalate_after_ms=spool.hybrid_escalate_after_ms,
+        )
+        if probes is None:
+            self._sweep(target, backend, label, lanes, report)
+            raise _Stop("circuit_open")
+        report.probed = report.probed or bool(probes)
         return probes
 
     def _poisoned(
