@@ -162,6 +162,11 @@ class Settings(BaseModel):
     spool_lease_ttl_s: Annotated[float, Field(ge=1, le=3600)] = 30.0
     spool_drain_budget_s: Annotated[float, Field(gt=0, le=3600)] = 240.0
     spool_drainer_url: str | None = None
+    # How long a drain waits for the execution of a downstream circuit's probe to end (docs/spool.md).
+    spool_probe_wait_s: Annotated[float, Field(ge=0, le=600)] = 20.0
+    # The execute role counts ended executions toward their subscription's declared downstream
+    # circuits (needs the shared coordination store: Firestore or its emulator).
+    downstream_circuits: bool = True
 
     # The local stack's scheduler (noetl_cloud.maintenance.scheduler): one period, in seconds, for
     # every maintenance job instead of each job's own (tests use 1).

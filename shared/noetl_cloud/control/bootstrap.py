@@ -30,6 +30,7 @@ from noetl_cloud.settings import Settings
 
 if TYPE_CHECKING:
     from noetl_cloud.control.scheduled import ScheduledSubscriptions
+    from noetl_cloud.spool.downstreams import DownstreamWatcher
 
 
 @dataclass
@@ -111,7 +112,7 @@ class ControlPlane:
     @cached_property
     def orchestrator(self) -> Orchestrator:
         s = self.settings
-        return Orchestrator(
+        orchestrator = Orchestrator(
             self.engine,
             self.store,
             self.relay,
@@ -122,6 +123,15 @@ class ControlPlane:
             max_attempts=s.command_max_attempts,
             renotify_after_s=s.command_renotify_after_s,
         )
+        orchestrator.downstreams = self.downstream_watcher
+        return orchestrator
+
+    @cached_property
+    def downstream_watcher(self) -> DownstreamWatcher | None:
+        """The downstream circuits' feed (``None`` without a shared coordination store, or turned off)."""
+        from noetl_cloud.control.downstreams import watcher_from_settings
+
+        return watcher_from_settings(self.settings, self.catalog, self.store, self.events)
 
     @cached_property
     def subscriptions(self) -> SubscriptionService:

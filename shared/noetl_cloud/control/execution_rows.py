@@ -82,6 +82,8 @@ class ExecutionRows:
             error=row.error,
             version=row.version,
             parent_iter=row.parent_iter,
+            subscription=row.subscription_path,
+            probe=row.probe if isinstance(row.probe, dict) else None,
         )
 
     def write(self, conn: Connection, turn: Turn) -> list[OutboxRow]:
@@ -156,7 +158,8 @@ _EXECUTION_COLUMNS = (
     "SELECT e.execution_id, e.execution_pool, e.path, e.catalog_id, e.trace, "
     "CASE WHEN e.execution_id = ANY(CAST(:known AS bigint[])) THEN NULL ELSE e.workload END AS workload, "
     "pg_column_size(e.workload) AS workload_bytes, e.ctx, e.results, "
-    "e.tokens_fired, e.status, e.error, e.version, e.meta -> 'parent_iter' AS parent_iter FROM execution e "
+    "e.tokens_fired, e.status, e.error, e.version, e.meta -> 'parent_iter' AS parent_iter, "
+    "e.meta ->> 'subscription_path' AS subscription_path, e.meta -> 'spool' -> 'probe' AS probe FROM execution e "
 )
 _WORKLOAD = text("SELECT workload FROM execution WHERE execution_id = :id")
 _LOCK_EXECUTION = text(

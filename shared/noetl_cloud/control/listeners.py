@@ -91,6 +91,7 @@ class ListenerService:
             "dispatch": spec.get("dispatch"),
             "headers": spec.get("headers"),
             "spool": spec.get("spool"),
+            "downstreams": spec.get("downstreams") or [],
             "limits": spec.get("limits"),
             "dedup": spec.get("dedup"),
         }

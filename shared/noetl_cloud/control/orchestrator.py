@@ -26,7 +26,7 @@ import copy
 import threading
 from datetime import timedelta
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, text
 
@@ -52,6 +52,9 @@ from noetl_cloud.eventlog.postgres import PostgresEventStore
 from noetl_cloud.eventlog.relay import OutboxRelay
 from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.spec import PlaybookDoc, parse_document
+
+if TYPE_CHECKING:
+    from noetl_cloud.spool.downstreams import DownstreamWatcher
 
 __all__ = [
     "ENDED",
@@ -101,6 +104,8 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
         self._plans: dict[int, tuple[PlaybookDoc, dict[str, StepPlan], dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self.workloads = WorkloadCache()
+        #: Reports ended executions of subscriptions to their downstream circuits (``None``: not watched).
+        self.downstreams: DownstreamWatcher | None = None
 
     @property
     def tenant(self) -> tuple[str, str]:
@@ -201,6 +206,7 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
                         code="event_type_not_allowed",
                         details={"allowed": sorted(WORKER_EVENTS)},
                     )
+            was_open = not state.ended
             turn = Turn(self, state, self.plans_for(state.catalog_id or 0, conn=conn))
             started = {"command_id": body.command_id, "worker_id": body.worker_id, "attempt": body.attempt}
             if body.started_at is not None:
@@ -231,6 +237,9 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
             # since by another transaction is missed here and reaches a worker by its notification.
             waiting = bool(cmd.queued or turn.notes)
         self.relay.hand_off(rows)
+        if was_open and state.ended and state.subscription and self.downstreams is not None:
+            # After the commit: the circuit counts an outcome that is recorded (best effort, never raises).
+            self.downstreams.observe(state.subscription, state.execution_id, state.status, state.error, state.probe)
         if body.accept_next and waiting and len(handed) < body.next_slots:  # free slots: the oldest waiting
             handed += self.claim_queued(state.pool, body.worker_id, body.next_slots - len(handed))
         return {"accepted": True, "duplicate": False, "execution_status": state.status, "next": handed}

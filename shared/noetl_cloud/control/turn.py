@@ -52,6 +52,8 @@ class ExecState:
     error: dict[str, Any] | None = None
     version: int | None = None  # the playbook's catalog version
     parent_iter: Any = None  # meta.parent_iter of a child started inside a loop iteration
+    subscription: str | None = None  # meta.subscription_path: the subscription that dispatched it
+    probe: dict[str, str] | None = None  # meta.spool.probe: the downstream circuits it probes ({name: holder})
 
     @property
     def ended(self) -> bool:

@@ -66,7 +66,8 @@ def runtime_from_settings(settings: Settings, *, kv: KeyValueStore | None = None
         if doc.spec.spool.mode == "off":
             return None
         engine = build_engine(settings, api, store)
-        return RuntimeSpooler(engine, doc.path, doc.spec.spool.model_dump(mode="json"), downstream_of(settings))
+        spool = doc.spec.spool.model_dump(mode="json")
+        return RuntimeSpooler(engine, doc.path, spool, downstream_of(settings), doc.spec.downstreams)
 
     return SubscriptionRuntime(
         ApiControlClient(api),

@@ -9,7 +9,7 @@ keeps the backlog) and spools once the outage outlives ``hybrid_escalate_after_m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from noetl_cloud.runtime.message import Prepared
@@ -21,9 +21,18 @@ from noetl_cloud.spool.policy import FailureAction, on_downstream_failure
 class RuntimeSpooler:
     """One subscription's spool and downstream circuit, for the runtime's dispatches."""
 
-    def __init__(self, engine: SpoolEngine, path: str, spool: Mapping[str, Any] | None, downstream: str) -> None:
+    def __init__(
+        self,
+        engine: SpoolEngine,
+        path: str,
+        spool: Mapping[str, Any] | None,
+        downstream: str,
+        downstreams: Sequence[Any] | None = None,
+    ) -> None:
         self.engine = engine
-        self.target = SpoolTarget.from_spec(path, dict(spool or {}), source_kind="pull", downstream=downstream)
+        self.target = SpoolTarget.from_spec(
+            path, dict(spool or {}), source_kind="pull", downstream=downstream, downstreams=downstreams
+        )
 
     @property
     def enabled(self) -> bool:

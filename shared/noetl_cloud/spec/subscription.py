@@ -3,7 +3,8 @@
 One document carries the three activation modes: pull on a cadence (Mode A, ``activation:
 scheduled``), continuous pull (Mode B) and push through ``POST /ingress/{listener}`` (Mode C, which
 must verify every delivery, §6). ``headers`` is the directive allowlist of §7, ``spool`` the
-store-and-forward layer of §8, ``limits`` and ``dedup`` the scale hardening of Phase 7.
+store-and-forward layer of §8, ``downstreams`` what its playbook depends on (§8.1, the circuits that
+spool it), ``limits`` and ``dedup`` the scale hardening of Phase 7.
 
 Rules that only this document can check are enforced here; the checks against the rest of the
 catalog (the playbooks exist, the pools are configured, a gateway path is not taken) belong to the
@@ -38,6 +39,7 @@ from noetl_cloud.spec.common import (
     raise_problems,
     rule,
 )
+from noetl_cloud.spec.downstreams import Downstreams, downstream_problems
 from noetl_cloud.spec.spool import Spool
 
 INGRESS_PREFIX = "/ingress/"
@@ -212,6 +214,7 @@ class SubscriptionSpec(SpecModel):
     dispatch: Dispatch
     headers: Headers = Field(default_factory=Headers)
     spool: Spool = Field(default_factory=Spool)
+    downstreams: Downstreams = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
     dedup: Dedup = Field(default_factory=Dedup)
     scaling: dict[str, Any] = Field(default_factory=dict)
@@ -230,7 +233,8 @@ class SubscriptionSpec(SpecModel):
     @model_validator(mode="after")
     def _rules(self) -> SubscriptionSpec:
         problems = _source_problems(self) + _ingress_problems(self) + _cadence_problems(self)
-        raise_problems("SubscriptionSpec", problems + _directive_problems(self.headers) + _spool_problems(self.spool))
+        problems += _directive_problems(self.headers) + _spool_problems(self.spool)
+        raise_problems("SubscriptionSpec", problems + downstream_problems(self.downstreams, self.spool.mode))
         return self
 
 

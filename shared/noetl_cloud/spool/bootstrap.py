@@ -125,7 +125,13 @@ class CatalogTargets:
             return None
         spec = document.get("spec") or {}
         kind = source_kind(str(spec.get("source")), "push" if spec.get("mode") == "push" else "pull")
-        return SpoolTarget.from_spec(subscription, spec.get("spool"), source_kind=kind, downstream=self.downstream)
+        return SpoolTarget.from_spec(
+            subscription,
+            spec.get("spool"),
+            source_kind=kind,
+            downstream=self.downstream,
+            downstreams=spec.get("downstreams"),
+        )
 
     def spooling(self) -> list[str]:
         """The registered subscriptions whose ``spool.mode`` is not ``off``."""
@@ -181,5 +187,6 @@ def drain_service(settings: Settings, *, kv: KeyValueStore | None = None) -> Dra
         ApiReplayer(api),
         lease_ttl_s=settings.spool_lease_ttl_s,
         budget_s=settings.spool_drain_budget_s,
+        probe_wait_s=settings.spool_probe_wait_s,
     )
     return DrainService(drainer, CatalogTargets(api, downstream_of(settings)))

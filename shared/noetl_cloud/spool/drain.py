@@ -38,6 +38,7 @@ from typing import Any, Final
 from noetl_cloud import telemetry
 from noetl_cloud.errors import Unavailable
 from noetl_cloud.spool import events as ev
+from noetl_cloud.spool.downstreams import probe_verdict, take_probes
 from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
 from noetl_cloud.spool.item import SpoolItem, SpoolItemNotFound, SpoolRef, SpoolVersionConflict
 from noetl_cloud.spool.policy import POISON, RETENTION_EXPIRED, drain_order, expired, is_poison
@@ -49,6 +50,7 @@ from noetl_cloud.spool.replayer import (
     Replayer,
     ReplayResult,
     replay_request,
+    with_probe,
 )
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,7 @@ SETTLE_EVERY: Final = 20
 @dataclass
 class DrainReport:
     subscription: str
-    state: str = "drained"  # drained | empty | circuit_open | busy | halted | budget
+    state: str = "drained"  # drained | empty | circuit_open | probing | busy | halted | budget
     replayed: int = 0
     dead_lettered: int = 0
     probed: bool = False
@@ -113,6 +115,8 @@ class Drainer:
         lease_ttl_s: float = 30.0,
         budget_s: float = 240.0,
         batch: int = 100,
+        probe_wait_s: float = 0.0,
+        probe_poll_s: float = 0.25,
         sleep: Callable[[float], None] = time.sleep,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -122,6 +126,8 @@ class Drainer:
         self.lease_ttl_s = lease_ttl_s
         self.budget_s = budget_s
         self.batch = batch
+        self.probe_wait_s = probe_wait_s
+        self.probe_poll_s = probe_poll_s
         self.sleep = sleep
         self.monotonic = monotonic
         self._leased_at: dict[tuple[str, str], float] = {}
@@ -138,6 +144,9 @@ class Drainer:
         if resume:
             self.engine.resume(sub)
         self._pass(target, backend, label, report)
+        if report.state == "probing" and self._probe_closed(target, report):
+            report.state = "drained"  # the probe's execution closed the circuit: drain the rest now
+            self._pass(target, backend, label, report)
         # Live messages spooled behind the backlog while a pass ran keep the mark: drain them too, at
         # once (each pass is shorter), until a pass ends with the spool empty or the budget is spent.
         cleared = False
@@ -209,6 +218,7 @@ class Drainer:
                 raise _Stop("circuit_open")
             probe = decision.state
             report.probed = True
+        downstream_probe = self._downstream_probe(target, backend, label, lanes, report)
         count, size = backend.usage(sub)
         self._emit(
             sub,
@@ -257,7 +267,10 @@ class Drainer:
                     if wait > 0:
                         self.sleep(wait)
                     next_at = max(next_at, self.monotonic()) + pace
-                    result = self.replayer.replay(entry.item, entry.payload)
+                    replayed_item = entry.item
+                    if downstream_probe:  # the execution reports its end under the probe's holder
+                        replayed_item = with_probe(entry.item, downstream_probe)
+                    result = self.replayer.replay(replayed_item, entry.payload)
                     if probe is not None:
                         if result.outcome == "unavailable":
                             breaker.record_failure(report.holder)
@@ -301,12 +314,51 @@ class Drainer:
                                 report,
                                 detail=result.detail,
                             )
+                    # One item only: the rest waits for the probe's execution to end. A duplicate (its
+                    # execution exists from an earlier run: it will not report under this holder) passes
+                    # the probe on to the next item.
+                    if downstream_probe and not (result.outcome == "replayed" and result.duplicate):
+                        raise _Stop("probing")
             finally:
                 self._settle(sub, backend, pending)
             if plan.halted_lanes:
                 raise _Stop("halted")
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _probe_closed(self, target: SpoolTarget, report: DrainReport) -> bool:
+        """Wait up to ``probe_wait_s`` (polling the store) for the probe's execution to close every downstream
+        circuit: ``True`` once closed, ``False`` when one re-opened or the wait ran out (the next drain goes on)."""
+        deadline = self.monotonic() + self.probe_wait_s
+        config = self.engine.breaker(target).config
+        while self.monotonic() < deadline and self.monotonic() - report.started < self.budget_s:
+            verdict = probe_verdict(self.engine.kv, target.downstreams, config, self.engine.clock)
+            if verdict != "pending":
+                return verdict == "closed"
+            self.sleep(self.probe_poll_s)
+        return False
+
+    def _downstream_probe(
+        self, target: SpoolTarget, backend: SpoolBackend, label: str, lanes: list[str], report: DrainReport
+    ) -> dict[str, str]:
+        """With a declared downstream's circuit open: take its probe (``{name: holder}``) once it is due,
+        else stop (``circuit_open``). Empty when every downstream circuit is closed."""
+        spool = target.spool
+        probes = take_probes(
+            self.engine.kv,
+            target.downstreams,
+            self.engine.breaker(target).config,
+            self.engine.clock,
+            report.holder,
+            mode=spool.mode,
+            source_kind=target.source_kind,
+            hybrid_escalate_after_ms=spool.hybrid_escalate_after_ms,
+        )
+        if probes is None:
+            self._sweep(target, backend, label, lanes, report)
+            raise _Stop("circuit_open")
+        report.probed = report.probed or bool(probes)
+        return probes
 
     def _poisoned(
         self,

@@ -38,7 +38,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -50,7 +50,8 @@ from noetl_cloud.kv.port import Clock, KeyValueStore
 from noetl_cloud.spec.spool import Spool
 from noetl_cloud.spool import events as ev
 from noetl_cloud.spool.backends import Backends
-from noetl_cloud.spool.circuit import CircuitBreaker, CircuitConfig, CircuitState, probe_due
+from noetl_cloud.spool.circuit import CircuitBreaker, CircuitConfig, CircuitState, circuit_key, probe_due
+from noetl_cloud.spool.downstreams import circuit_ids
 from noetl_cloud.spool.item import SpoolItem, SpoolItemExists, SpoolRef
 from noetl_cloud.spool.policy import (
     Full,
@@ -68,6 +69,7 @@ BACKLOG_PREFIX: Final = "spool/backlog/"
 HALT_PREFIX: Final = "spool/halt/"
 SPOOL_FULL: Final = "spool_full"
 FORWARD_FAILED: Final = "forward_failed"
+DOWNSTREAM_OPEN: Final = "downstream_open"
 USAGE_TTL_S: Final = 5.0
 
 
@@ -93,13 +95,21 @@ class SpoolTarget:
     spool: Spool
     source_kind: SourceKind
     downstream: str
+    #: The circuit ids of the subscription's declared ``downstreams`` (:mod:`noetl_cloud.spool.downstreams`).
+    downstreams: tuple[str, ...] = ()
 
     @classmethod
     def from_spec(
-        cls, subscription: str, spool: Mapping[str, Any] | Spool | None, *, source_kind: SourceKind, downstream: str
+        cls,
+        subscription: str,
+        spool: Mapping[str, Any] | Spool | None,
+        *,
+        source_kind: SourceKind,
+        downstream: str,
+        downstreams: Sequence[Any] | None = None,
     ) -> SpoolTarget:
         block = spool if isinstance(spool, Spool) else Spool.model_validate(dict(spool or {}))
-        return cls(subscription, block, source_kind, downstream)
+        return cls(subscription, block, source_kind, downstream, circuit_ids(subscription, downstreams or ()))
 
     @property
     def enabled(self) -> bool:
@@ -186,9 +196,13 @@ class SpoolEngine:
         breaker = self.breaker(target)
         # The circuit and the backlog mark in one read (one Firestore call per delivery, not two).
         backlog_key = BACKLOG_PREFIX + target.subscription
-        read = self.kv.get_many([breaker.key, backlog_key])
+        read = self.kv.get_many([breaker.key, backlog_key, *(circuit_key(d) for d in target.downstreams)])
         state, backlog = CircuitState.from_entry(read[breaker.key]), read[backlog_key] is not None
         holder = self.holder()
+        held = [(d, CircuitState.from_entry(read[circuit_key(d)])) for d in target.downstreams]
+        held = [(d, s) for d, s in held if s.state != "closed"]
+        if held:
+            return self._downstream_open(target, holder, held)
         if state.state == "closed":
             if not may_interleave(spool.drain.on_recovery, spool.ordering) and backlog:
                 if lane is not None and not self._lane_waits(target, lane):
@@ -219,6 +233,19 @@ class SpoolEngine:
         if action == "spool":
             return Gate("spool", holder, "circuit_open", state)
         raise CircuitOpen(f"the circuit of {target.downstream} is open; retry later")
+
+    def _downstream_open(self, target: SpoolTarget, holder: str, held: list[tuple[str, CircuitState]]) -> Gate:
+        """A declared downstream's circuit is not closed: spool (or refuse); only the drainer probes it,
+        with the oldest spooled item, so ask it to once a probe is due."""
+        spool, now = target.spool, self.clock()
+        config = CircuitConfig.from_spec(spool.circuit)
+        if any(probe_due(state, now, config) for _d, state in held):
+            self._nudge(target)
+        since = min((s.outage_since or s.opened_at or now) for _d, s in held)
+        action = on_downstream_failure(spool.mode, target.source_kind, since, now, spool.hybrid_escalate_after_ms)
+        if action == "spool":
+            return Gate("spool", holder, DOWNSTREAM_OPEN, held[0][1])
+        raise CircuitOpen(f"the circuit of {held[0][0]} is open; retry later")
 
     def _lane_waits(self, target: SpoolTarget, lane: str) -> bool:
         backend, _label = self.backends.resolve(target.spool)

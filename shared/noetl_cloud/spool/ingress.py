@@ -48,12 +48,18 @@ class IngressSpooler:
     def target(self, config: Mapping[str, Any]) -> SpoolTarget:
         """The spool target of a listener configuration (parsed once per configuration object)."""
         path = str(config.get("path") or config.get("listener"))
-        block = json.dumps(config.get("spool") or {}, sort_keys=True, default=str)
+        block = json.dumps([config.get("spool") or {}, config.get("downstreams") or []], sort_keys=True, default=str)
         with self._lock:
             cached = self._targets.get(path)
         if cached is not None and cached[0] == block:
             return cached[1]
-        target = SpoolTarget.from_spec(path, config.get("spool"), source_kind="push", downstream=self.downstream)
+        target = SpoolTarget.from_spec(
+            path,
+            config.get("spool"),
+            source_kind="push",
+            downstream=self.downstream,
+            downstreams=config.get("downstreams"),
+        )
         with self._lock:
             self._targets[path] = (block, target)
         return target

@@ -10,6 +10,7 @@ replay through a :class:`Replayer`.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
@@ -62,8 +63,15 @@ def replay_request(item: SpoolItem, payload: bytes) -> dict[str, Any]:
     )
     meta = dict(request.get("meta") or {})
     meta["spool"] = {"recv_seq": str(item.recv_seq), "spooled_at": format_time(item.spooled_at), "lane": item.lane}
+    if plan.get("probe"):  # this replay is a downstream circuit's probe: its execution reports under the holder
+        meta["spool"]["probe"] = dict(plan["probe"])
     request["meta"] = meta
     return request
+
+
+def with_probe(item: SpoolItem, probes: Mapping[str, str]) -> SpoolItem:
+    """The item replayed as the probe of downstream circuits (``{name: holder}``, carried in ``meta.spool.probe``)."""
+    return item.model_copy(update={"plan": {**item.plan, "probe": dict(probes)}})
 
 
 class ApiReplayer:

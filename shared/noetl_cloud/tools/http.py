@@ -4,7 +4,9 @@ Task fields: ``method`` (GET), ``url``, ``params`` (query), ``headers``, ``json`
 (text). ``spec.timeout`` is seconds or ``{connect, read}``. The tool does not retry (§6.4: retry with the
 task policy). The result is ``{status_code, headers, data}`` where ``data`` is the body parsed by content
 type (JSON, else text). A status of 400 or more is an error outcome; ``outcome.http`` always holds
-``{status, headers}`` (``status`` is ``None`` when no response arrived).
+``{status, headers}`` (``status`` is ``None`` when no response arrived). A failed request's error names
+what it was aimed at, ``error.target = {http_host, http_port}`` (and ``error.status`` for ``http_status``):
+a subscription's declared ``downstreams`` match it (``noetl_cloud.spool.downstreams``).
 
 Redirects are not followed (``retries=False``: a 3xx is the result). Egress is checked per connection by an
 :class:`~noetl_cloud.tools.egress.EgressPolicy`: by default only public addresses; the resolved address is
@@ -80,15 +82,36 @@ class HttpTool:
         except EgressDenied as exc:
             return Outcome.fail("egress_denied", str(exc), http={"status": None, "headers": {}})
         except urllib3.exceptions.HTTPError as exc:
-            return Outcome.fail("connection", f"{type(exc).__name__}: {exc}", http={"status": None, "headers": {}})
+            failed = Outcome.fail("connection", f"{type(exc).__name__}: {exc}", http={"status": None, "headers": {}})
+            return _aimed(failed, url)
         data = _parse(response.headers.get("Content-Type", ""), response.data)
         response_headers = dict(response.headers.items())
         http = {"status": response.status, "headers": response_headers}
         result = {"status_code": response.status, "headers": response_headers, "data": data}
         if response.status >= 400:
             failed = Outcome.fail("http_status", f"{method} answered {response.status}", http=http)
-            return Outcome("error", result, failed.error, {}, failed.extra)
+            return _aimed(
+                Outcome("error", result, {**(failed.error or {}), "status": response.status}, {}, failed.extra), url
+            )
         return Outcome.ok(result, http=http)
+
+
+def target_of(url: str) -> dict[str, Any]:
+    """What a failed request was aimed at (``error.target``: the downstream it counts toward, when a
+    subscription declares it): ``{"http_host": host, "http_port": port}``, the host lower-cased."""
+    try:
+        parsed = urllib3.util.parse_url(url)
+    except urllib3.exceptions.LocationParseError:
+        return {"http_host": None, "http_port": None}
+    host = (parsed.host or "").lower() or None
+    port = parsed.port or {"http": 80, "https": 443}.get(parsed.scheme or "")
+    return {"http_host": host, "http_port": port}
+
+
+def _aimed(outcome: Outcome, url: str) -> Outcome:
+    return Outcome(
+        outcome.status, outcome.result, {**(outcome.error or {}), "target": target_of(url)}, outcome.meta, outcome.extra
+    )
 
 
 class _GuardedConnection(HTTPConnection):

@@ -20,7 +20,9 @@ as ISO 8601, numerics and UUIDs as text, bytea as ``\\x..`` hex), ``row_count`` 
 returned or affected (0 when the statement reports neither), ``columns`` the column names.
 ``outcome.pg`` always holds ``{code, sqlstate}``: ``00000`` on success, the server's SQLSTATE on a
 database error, ``08001`` when no connection could be made, ``None`` when the task itself is malformed.
-The error kind names the SQLSTATE class (``integrity_violation``, ``transaction_rollback``, ...).
+The error kind names the SQLSTATE class (``integrity_violation``, ``transaction_rollback``, ...). A
+database error names its target, ``error.target = {postgres_auth: <the task's auth alias>}``: a
+subscription's declared ``downstreams`` match it (``noetl_cloud.spool.downstreams``).
 
 Large row sets need nothing here: the engine moves any result above its threshold to the payload store
 and events carry the reference (dsl-v2-spec §10, data-plane architecture §4).
@@ -125,7 +127,10 @@ class PostgresTool:
                     columns, rows = [], []
                     count = max(cursor.rowcount, 0)
         except exc.DBAPIError as error:
-            return _db_failure(error)
+            failed = _db_failure(error)
+            auth = call.config.get("auth")
+            target = {"postgres_auth": auth if isinstance(auth, str) else None}
+            return Outcome("error", None, {**(failed.error or {}), "target": target}, failed.meta, failed.extra)
         except exc.StatementError as error:  # raised before the server saw it: a bind without a value
             message = str(error.orig) if error.orig is not None else type(error).__name__
             return Outcome.fail("bad_task", message, pg={"code": None, "sqlstate": None})

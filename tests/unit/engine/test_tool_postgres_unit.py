@@ -120,6 +120,7 @@ def test_connection_refused_is_an_error_outcome_and_the_pool_is_kept() -> None:
         outcome = tool.run(call({"auth": "pg", "query": "SELECT 1"}))
         assert outcome.status == "error" and outcome.error is not None and outcome.error["kind"] == "connection"
         assert "p@" not in outcome.error["message"]
+        assert outcome.error["target"] == {"postgres_auth": "pg"}  # what a subscription's downstreams match
         tool.run(call({"auth": "pg", "query": "SELECT 2"}))
         assert tool.pools() == 1
     finally:

@@ -89,6 +89,9 @@ def test_http_error_status_is_an_error_outcome_with_http_status(api: str) -> Non
     outcome = LOOPBACK.run(call("http", {"url": f"{api}/fail"}, {"timeout": {"connect": 2, "read": 2}}))
     assert outcome.status == "error" and outcome.to_dict()["http"]["status"] == 503
     assert outcome.result["data"] == {"error": "busy"}
+    host, port = api.removeprefix("http://").split(":")
+    assert outcome.error is not None and (outcome.error["kind"], outcome.error["status"]) == ("http_status", 503)
+    assert outcome.error["target"] == {"http_host": host, "http_port": int(port)}
 
 
 def test_http_text_body_is_text(api: str) -> None:
@@ -99,3 +102,4 @@ def test_http_connection_refused_is_an_error_outcome() -> None:
     outcome = LOOPBACK.run(call("http", {"url": "http://127.0.0.1:9/"}, {"timeout": 2}))
     assert outcome.status == "error" and outcome.extra["http"]["status"] is None
     assert outcome.error is not None and outcome.error["kind"] == "connection"
+    assert outcome.error["target"] == {"http_host": "127.0.0.1", "http_port": 9}
