@@ -32,11 +32,18 @@ class DrainRequest(BaseModel):
 
 
 def build_app(
-    settings: Settings, service: DrainService, auth: InternalAuth, *, manager: SpoolManager | None = None
+    settings: Settings,
+    service: DrainService,
+    auth: InternalAuth,
+    *,
+    manager: SpoolManager | None = None,
+    spool_auth: InternalAuth | None = None,
 ) -> Flask:
+    """``spool_auth`` authenticates the operators' ``/api/spool/*`` (default: ``auth``)."""
     app = create_app("spool_drainer", settings)
     install(app, auth, prefix="/drain/")
-    install(app, auth)  # /api/openapi.json
+    install(app, spool_auth or auth, prefix=routes.PREFIX)
+    install(app, auth, exclude=(routes.PREFIX,))  # /api/openapi.json
 
     @app.post("/drain")
     def drain() -> dict[str, Any]:
@@ -64,10 +71,13 @@ def app_from_env(env: Mapping[str, str]) -> Flask:
     # to the API) are minted by its callers for the URL they reach the drainer at: NOETL_SPOOL_DRAINER_URL,
     # the drainer's own URL. Without ID tokens (locally) that URL only tells where the drainer is.
     audience = None
+    spool_audience: list[str] | None = None
     if settings.internal_api_audience is not None:
-        # The operators' calls the control plane forwards (``/api/spool/*`` from the console) carry the
-        # operator's ID token, minted for the control plane's URL: the drainer accepts that audience too.
-        own = settings.spool_drainer_url
-        audience = [own, settings.internal_api_audience] if own else settings.internal_api_audience
+        audience = settings.spool_drainer_url or settings.internal_api_audience
+        # The operators' /api/spool/* calls the control plane forwards (the console's spool page) carry
+        # the operator's own ID token, minted for the control plane's URL: accepted there, and only there
+        # (operators only, by the policy); /drain keeps the drainer's own audience.
+        spool_audience = [audience, settings.internal_api_audience]
     auth = InternalAuth.from_settings(settings, audience=audience)
-    return build_app(settings, drain_service(settings), auth)
+    spool_auth = InternalAuth.from_settings(settings, audience=spool_audience) if spool_audience else None
+    return build_app(settings, drain_service(settings), auth, spool_auth=spool_auth)

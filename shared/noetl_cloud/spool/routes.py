@@ -26,6 +26,7 @@ from noetl_cloud.web import json_body
 from noetl_cloud.web.errors import validation_failed
 
 MAX_PAGE: Final = 500
+PREFIX: Final = "/api/spool/"
 
 _PATH = Field(min_length=1, max_length=512)
 _LANE = Field(default=None, min_length=1, max_length=512)
