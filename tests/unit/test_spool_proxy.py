@@ -97,3 +97,17 @@ def test_without_a_drainer_or_with_one_down_the_answer_is_a_json_503() -> None:
     assert unset.status_code == 503 and unset.get_json()["error"]["code"] == "spool_drainer_not_configured"
     down = app("http://127.0.0.1:9").test_client().get("/api/spool/subscriptions", headers=AUTH)
     assert down.status_code == 503 and down.get_json()["error"]["code"] == "spool_drainer_unavailable"
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b"not json", b"[" * 5000 + b"]" * 5000])
+def test_a_post_body_that_is_not_a_json_object_is_the_callers_400_and_is_not_forwarded(
+    drainer: tuple[str, list[dict[str, Any]]], body: bytes
+) -> None:
+    url, seen = drainer
+    answer = (
+        app(url)
+        .test_client()
+        .post("/api/spool/resends", data=body, headers={**AUTH, "Content-Type": "application/json"})
+    )
+    assert answer.status_code == 400 and answer.get_json()["error"]["code"] == "invalid_json"
+    assert seen == []

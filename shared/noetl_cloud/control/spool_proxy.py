@@ -8,12 +8,14 @@ operators only (``auth/roles.py``) and the drainer authenticates and authorizes 
 by its own policy, so forwarding adds no authority (in Google Cloud the drainer accepts ID tokens
 minted for the control plane's URL as well as its own, for exactly this). docs/console.md argues it.
 
-Errors: no drainer configured is 503 ``spool_drainer_not_configured``; a drainer that does not answer
+Errors: a POST body that is not a JSON object is 400 ``invalid_json`` (before anything is forwarded); no
+drainer configured is 503 ``spool_drainer_not_configured``; a drainer that does not answer
 503 ``spool_drainer_unavailable``; the drainer's own answers (its JSON errors) pass through unchanged.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from typing import Final
@@ -21,7 +23,7 @@ from typing import Final
 import urllib3
 from flask import Blueprint, Response, request
 
-from noetl_cloud.errors import NotFound, PayloadTooLarge, Unavailable
+from noetl_cloud.errors import BadRequest, NotFound, PayloadTooLarge, Unavailable
 from noetl_cloud.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -48,21 +50,24 @@ def blueprint(settings: Settings) -> Blueprint:
     pool = urllib3.PoolManager(maxsize=4, timeout=urllib3.Timeout(connect=5.0, read=READ_TIMEOUT_S), retries=False)
 
     def forward(rest: str) -> Response:
-        base = settings.spool_drainer_url
-        if not base:
-            raise DrainerNotConfigured("no spool drainer is configured (NOETL_SPOOL_DRAINER_URL)")
         if not _REST.fullmatch(rest):
             raise NotFound(f"no spool route /api/spool/{rest}", code="route_not_found")
         if (request.content_length or 0) > MAX_BODY:
             raise PayloadTooLarge(f"a spool request body is at most {MAX_BODY} bytes")
-        body = request.get_data() if request.method == "POST" else None
-        if body is not None and len(body) > MAX_BODY:
-            raise PayloadTooLarge(f"a spool request body is at most {MAX_BODY} bytes")
+        body = None
+        if request.method == "POST":  # the caller's error before anything is forwarded (as json_body says it)
+            data = request.get_json(silent=True, force=True)
+            if not isinstance(data, dict):
+                raise BadRequest("request body must be a JSON object", code="invalid_json")
+            body = json.dumps(data).encode()
+        base = settings.spool_drainer_url
+        if not base:
+            raise DrainerNotConfigured("no spool drainer is configured (NOETL_SPOOL_DRAINER_URL)")
         headers = {"Accept": "application/json"}
         if "Authorization" in request.headers:
             headers["Authorization"] = request.headers["Authorization"]
         if body is not None:
-            headers["Content-Type"] = request.headers.get("Content-Type", "application/json")
+            headers["Content-Type"] = "application/json"
         url = base.rstrip("/") + "/api/spool/" + rest
         query = request.query_string.decode("latin-1")
         if query:
