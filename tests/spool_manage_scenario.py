@@ -49,12 +49,17 @@ class Rig:
     engine: SpoolEngine
     control: Control
     target: SpoolTarget
+    sink: MemoryEventSink
+
+    def resent(self) -> list[dict[str, Any]]:
+        return [e.payload for e in self.sink.events if e.event_type == "subscription.message.resent"]
 
 
 def rig(backend: SpoolBackend, kv: KeyValueStore, subscription: str, **engine_options: Any) -> Rig:
     ids = itertools.count(1)
+    sink = MemoryEventSink()
     engine = SpoolEngine(
-        kv, EventJournal(MemoryEventSink(), kv), FixedBackend(backend, "test"), ids=lambda: next(ids), **engine_options
+        kv, EventJournal(sink, kv), FixedBackend(backend, "test"), ids=lambda: next(ids), **engine_options
     )
     block = {"mode": "buffer_and_ack", "backend": "gcs", "ordering": "per_key", "ordering_key": "x-device"}
     target = SpoolTarget.from_spec(subscription, block, source_kind="push", downstream="execute:http://control")
@@ -66,7 +71,7 @@ def rig(backend: SpoolBackend, kv: KeyValueStore, subscription: str, **engine_op
 
     manager = SpoolManager(engine, service.targets, lambda sub: service.run([sub]), background=now)
     app = build_app(Settings(), service, InternalAuth(token=TOKEN), manager=manager)
-    return Rig(app.test_client(), backend, engine, control, target)
+    return Rig(app.test_client(), backend, engine, control, target, sink)
 
 
 def dead_letter(r: Rig, n: int, lane: str, reason: str) -> str:
@@ -114,6 +119,9 @@ def exercise(r: Rig) -> None:
     assert answer["live_name"] == names[1].replace("/dlq/", "/", 1) and answer["drain"] == "started"
     assert [req["workload"]["n"] for req in r.control.executions] == [4, 2]  # lane a's live item, then m2
     assert r.backend.list(sub) == [] and len(r.backend.list(sub, dlq=True)) == 2
+    (event,) = r.resent()  # the operator's resend is in the spool's event stream, with who asked
+    assert (event["message_id"], event["dlq_reason"], event["attempts"]) == ("m2", "poison", 5)
+    assert event["by"] == "internal-api-token" and event["operation_id"] is None
     gone = r.client.post("/api/spool/dead-letters/resend", json={"subscription": sub, "name": names[1]}, headers=AUTH)
     assert gone.status_code == 404 and gone.get_json()["error"]["code"] == "spool_item_not_found"
     foreign = r.client.post(
@@ -131,6 +139,10 @@ def exercise(r: Rig) -> None:
     # receive order within lane a: m1 (seq 1) before m3 (seq 3)
     assert [req["workload"]["n"] for req in r.control.executions] == [4, 2, 1, 3]
     assert r.backend.list(sub, dlq=True) == [] and r.backend.list(sub) == []
+    assert [(e["message_id"], e["operation_id"]) for e in r.resent()[1:]] == [
+        ("m1", operation["operation_id"]),
+        ("m3", operation["operation_id"]),
+    ]
 
     # drain now
     assert client_json(r, "POST", "/api/spool/drain", {"subscription": sub})["results"][0]["state"] == "empty"

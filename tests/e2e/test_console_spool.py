@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect
+from sqlalchemy import create_engine, text
 
+from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.local.stack import SPOOL_BUCKET
 from noetl_cloud.spool.engine import payload_bytes
 from noetl_cloud.spool.gcs import GcsSpool
@@ -83,6 +85,23 @@ def until(condition: Any, what: str, timeout_s: float = 60.0) -> None:
         time.sleep(0.2)
 
 
+def resent_events(stack_env: dict[str, str], item: SpoolItem) -> list[dict[str, Any]]:
+    """The ``subscription.message.resent`` events of ``item`` in the event log (stream ``spool/<sub>``)."""
+    engine = create_engine(normalize_url(stack_env["NOETL_DATABASE_URL"]))
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT payload FROM event WHERE stream_id = :stream "
+                    "AND event_type = 'subscription.message.resent' AND payload->>'message_id' = :message"
+                ),
+                {"stream": f"spool/{SUBSCRIPTION}", "message": item.message_id},
+            )
+            return [dict(row[0]) for row in rows]
+    finally:
+        engine.dispose()
+
+
 def execution_of(api: ApiClient, item: SpoolItem) -> dict[str, Any]:
     """The execution the replay of ``item`` started: asking again with its dedup key answers ``duplicate``
     with that execution's id (the replay's dedup block is the item's idempotency key)."""
@@ -101,6 +120,7 @@ def test_the_spool_page_resends_a_dead_letter_and_its_execution_starts(
     page: Page,  # noqa: F811
     spooled: ApiClient,
     spool: GcsSpool,
+    stack_env: dict[str, str],
 ) -> None:
     lane = f"l-{secrets.token_hex(3)}"
     item = dead_letter(spool, lane, "poison")
@@ -119,6 +139,8 @@ def test_the_spool_page_resends_a_dead_letter_and_its_execution_starts(
     assert spool.list(SUBSCRIPTION, lane, dlq=True) == []
     execution = execution_of(spooled, item)
     assert execution["status"] in ("started", "completed"), execution
+    (event,) = resent_events(stack_env, item)  # the operator's resend is in the log, with who asked
+    assert event["dlq_reason"] == "poison" and event["by"] and event["operation_id"] is None
 
 
 def test_resend_all_matching_runs_as_one_operation_with_its_progress(

@@ -28,6 +28,7 @@ from typing import Any, Final, Literal
 from noetl_cloud.envelope import utc_now
 from noetl_cloud.errors import BadRequest, NoetlError, NotFound
 from noetl_cloud.kv.port import KeyValueStore
+from noetl_cloud.spool import events as ev
 from noetl_cloud.spool.backends import Backends
 from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
 from noetl_cloud.spool.item import SpoolItem, SpoolItemNotFound, SpoolRef, dlq_prefix
@@ -206,7 +207,7 @@ class SpoolManager:
             )
         return {"subscription": which.subscription, "items": rows, "next": rows[-1]["name"] if more else None}
 
-    def resend(self, subscription: str, name: str) -> dict[str, Any]:
+    def resend(self, subscription: str, name: str, *, by: str | None = None) -> dict[str, Any]:
         """One dead letter back to its lane, then a drain of the subscription in the background."""
         if not name.startswith(dlq_prefix(subscription)):
             raise BadRequest(
@@ -215,10 +216,22 @@ class SpoolManager:
                 details={"subscription": subscription, "name": name},
             )
         backend, _target = self._spool(subscription)
-        live = backend.resend(SpoolRef(name, None, 0))
+        ref = SpoolRef(name, None, 0)
+        item, _payload = backend.get(ref)
+        live = backend.resend(ref)
         log.info("dead letter resent", extra={"subscription": subscription})
+        self._emit(subscription, [ev.resent(item, name, live.name, by=by, operation_id=None)])
         self.background(lambda: self._drain_later(subscription))
         return {"subscription": subscription, "name": name, "live_name": live.name, "drain": "started"}
+
+    def _emit(self, subscription: str, events: list[ev.SpoolEvent]) -> None:
+        """Record (or park) the ``resent`` events; the resend itself is done either way."""
+        if not events:
+            return
+        try:
+            self.engine.journal.emit(subscription, events)
+        except NoetlError as exc:
+            log.error("resent events neither recorded nor parked", extra={"code": exc.code, "count": len(events)})
 
     def _drain_later(self, subscription: str) -> None:
         self._drain_quietly(subscription)
@@ -232,7 +245,7 @@ class SpoolManager:
 
     # -- the bulk operation -------------------------------------------------------------------------
 
-    def start_resend_all(self, which: Filter) -> dict[str, Any]:
+    def start_resend_all(self, which: Filter, *, by: str | None = None) -> dict[str, Any]:
         """Create the operation's record and run it in the background; the record as created."""
         backend, _target = self._spool(which.subscription)  # an unknown subscription fails here, synchronously
         operation_id = uuid.uuid4().hex
@@ -254,7 +267,7 @@ class SpoolManager:
         }
         self.kv.create(OPERATION_PREFIX + operation_id, record, ttl_s=OPERATION_TTL_S)
         snapshot = copy.deepcopy(record)  # the thread changes its own
-        self.background(lambda: self._resend_all(backend, which, record))
+        self.background(lambda: self._resend_all(backend, which, record, by))
         return snapshot
 
     def operation(self, operation_id: str) -> dict[str, Any]:
@@ -275,15 +288,18 @@ class SpoolManager:
             ttl_s=OPERATION_TTL_S,
         )
 
-    def _resend_all(self, backend: SpoolBackend, which: Filter, record: dict[str, Any]) -> None:
+    def _resend_all(self, backend: SpoolBackend, which: Filter, record: dict[str, Any], by: str | None) -> None:
         state: Literal["done", "failed"] = "done"
+        events: list[ev.SpoolEvent] = []
+        operation_id = record["operation_id"]
         try:
-            refs = [ref for ref, _item in matching(backend, which, None)]
-            record["matched"] = len(refs)
+            found = list(matching(backend, which, None))
+            record["matched"] = len(found)
             self._save(record)
-            for count, ref in enumerate(refs, 1):
+            for count, (ref, item) in enumerate(found, 1):
                 try:
-                    backend.resend(ref)
+                    live = backend.resend(ref)
+                    events.append(ev.resent(item, ref.name, live.name, by=by, operation_id=operation_id))
                     record["resent"] += 1
                 except SpoolItemNotFound:  # resent by someone else meanwhile: nothing left to do
                     record["resent"] += 1
@@ -292,7 +308,10 @@ class SpoolManager:
                     if len(record["errors"]) < MAX_ERRORS:
                         record["errors"].append({"name": ref.name, "code": exc.code})
                 if count % PROGRESS_EVERY == 0:
+                    self._emit(which.subscription, events)
+                    events.clear()
                     self._save(record)
+            self._emit(which.subscription, events)
             record["state"] = "draining"
             self._save(record)
             if record["resent"]:

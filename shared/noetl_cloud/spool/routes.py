@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from flask import Flask, request
+from flask import Flask, g, request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from noetl_cloud.errors import BadRequest
@@ -140,6 +140,12 @@ class DrainResults(BaseModel):
     results: list[dict[str, Any]]
 
 
+def _caller() -> str | None:
+    """Who asked (the authenticated principal: a service account email, or the token's purpose)."""
+    caller = g.get("caller")
+    return None if caller is None else str(caller.principal)
+
+
 def _named(subscription: str | None, lane: str | None = None) -> None:
     """A subscription or lane the spool cannot name (too long once encoded) is the caller's error."""
     try:
@@ -179,13 +185,13 @@ def register(app: Flask, built: Callable[[], SpoolManager]) -> None:
     def spool_resend() -> dict[str, Any]:
         body = json_body(ResendOne)
         _named(body.subscription)
-        return managed().resend(body.subscription, body.name)
+        return managed().resend(body.subscription, body.name, by=_caller())
 
     @app.post("/api/spool/resends")
     def spool_resend_all() -> tuple[dict[str, Any], int]:
         body = json_body(ResendAll)
         _named(body.subscription, body.lane)
-        return managed().start_resend_all(Filter(body.subscription, body.lane, body.reason)), 202
+        return managed().start_resend_all(Filter(body.subscription, body.lane, body.reason), by=_caller()), 202
 
     @app.get("/api/spool/resends/<operation_id>")
     def spool_resend_operation(operation_id: str) -> dict[str, Any]:
