@@ -16,6 +16,7 @@ import pytest
 from noetl_cloud.spool import (
     ObjectSpool,
     SpoolBackend,
+    SpoolError,
     SpoolItem,
     SpoolItemCorrupted,
     SpoolItemExists,
@@ -204,6 +205,58 @@ class SpoolBackendContract(ABC):
         backend.update_attempts(stale, 1)
         with pytest.raises(SpoolVersionConflict):
             backend.move_to_dlq(stale, "poison")
+
+    def test_resend_moves_a_dead_letter_back_to_its_place_in_the_lane_with_attempts_reset(
+        self, backend: SpoolBackend
+    ) -> None:
+        sub = new_subscription()
+        item = make_item(sub, 30, b"poison")
+        dead = backend.move_to_dlq(backend.update_attempts(backend.put(item, b"poison"), 5), "poison")
+        newer = backend.put(make_item(sub, 31, b"later"), b"later")
+        older = backend.put(make_item(sub, 29, b"earlier"), b"earlier")
+        live = backend.resend(dead)
+        assert live.name == object_name(item) and backend.get(live) == (item, b"poison")  # attempts 0, no reason
+        # receive order within the lane: the resent item sits between what came before and after it
+        assert [r.name for r in backend.list(sub, "lane-a")] == [older.name, live.name, newer.name]
+        assert backend.list(sub, dlq=True) == [] and backend.lanes(sub, dlq=True) == []
+        with pytest.raises(SpoolItemNotFound):  # resent already: nothing left to resend
+            backend.resend(dead)
+
+    def test_resend_finishes_a_resend_interrupted_after_its_copy(self, backend: SpoolBackend) -> None:
+        sub = new_subscription()
+        item = make_item(sub, 40, b"poison")
+        dead = backend.move_to_dlq(backend.put(item, b"poison"), "poison")
+        first = backend.resend(dead)
+        again = backend.put_dead(item, b"poison", "poison")  # as if the delete had not happened
+        second = backend.resend(again)
+        assert second.name == first.name and backend.list(sub, dlq=True) == []
+        assert backend.get(second) == (item, b"poison") and len(backend.list(sub)) == 1
+
+    def test_resend_resets_a_live_copy_an_interrupted_dead_letter_move_left(self, backend: SpoolBackend) -> None:
+        sub = new_subscription()
+        item = make_item(sub, 50, b"poison")
+        live = backend.update_attempts(backend.put(item, b"poison"), 5)
+        dead = backend.put_dead(item.model_copy(update={"attempts": 5}), b"poison", "poison")  # copy, no delete
+        revived = backend.resend(dead)
+        assert revived.name == live.name and backend.get(revived) == (item, b"poison")
+        assert backend.list(sub, dlq=True) == []
+
+    def test_resend_refuses_live_items_other_messages_and_stale_references(self, backend: SpoolBackend) -> None:
+        sub = new_subscription()
+        live = backend.put(make_item(sub, 60, b"live"), b"live")
+        with pytest.raises(SpoolError) as info:
+            backend.resend(live)
+        assert info.value.code == "spool_not_dead_lettered" and backend.list(sub) == [live]
+        # another message under the same live name (same sequence and id, other bytes): not overwritten
+        dead = backend.put_dead(make_item(sub, 60, b"dead"), b"dead", "poison")
+        with pytest.raises(SpoolItemExists):
+            backend.resend(dead)
+        assert backend.get(live)[1] == b"live" and backend.list(sub, dlq=True) == [dead]
+        stale = SpoolRef(dead.name, "not-its-version", dead.size)
+        with pytest.raises(SpoolVersionConflict):
+            backend.resend(stale)
+        with pytest.raises(SpoolItemNotFound):
+            backend.resend(SpoolRef(f"{sub}/dlq/lane-a/{61:020d}-m-61", None, 0))
 
     def test_usage_counts_items_and_bytes(self, backend: SpoolBackend) -> None:
         sub = new_subscription()

@@ -427,6 +427,30 @@ def test_the_execute_api_accepts_the_deployer_smoke_test_and_the_projector_api_d
         assert answer.status_code == status, (who, answer.json)
 
 
+def test_the_drainer_takes_operators_tokens_for_the_control_planes_url_on_its_spool_routes_only(
+    offline: None, monkeypatch: pytest.MonkeyPatch, google: FakeGoogle
+) -> None:
+    """The console's /api/spool/* reaches the drainer through the control plane with the operator's own
+    ID token (minted for execute's URL): the drainer accepts that audience there, for operators only,
+    and nowhere else (/drain keeps its own audience)."""
+    drainer = build("spool_drainer", monkeypatch)
+    for path, method in (("/api/spool/subscriptions", "GET"), ("/drain", "POST")):
+        endpoint, _ = drainer.url_map.bind("localhost").match(path, method=method)
+        drainer.view_functions[endpoint] = lambda **_kw: {"reached": True}
+    client = drainer.test_client()
+
+    def call(method: str, path: str, audience: str, who: str) -> int:
+        token = mint(google, url_of(audience), who)
+        return int(client.open(path, method=method, json={}, headers={"Authorization": f"Bearer {token}"}).status_code)
+
+    assert call("GET", "/api/spool/subscriptions", "execute", OPERATOR) == 200
+    assert call("GET", "/api/spool/subscriptions", "spool_drainer", OPERATOR) == 200
+    assert call("GET", "/api/spool/subscriptions", "execute", SCHEDULER_EMAIL) == 403  # not an operator
+    assert call("GET", "/api/spool/subscriptions", "projector", OPERATOR) == 401  # another service's URL
+    assert call("POST", "/drain", "execute", OPERATOR) == 401
+    assert call("POST", "/drain", "spool_drainer", OPERATOR) == 200
+
+
 def test_in_the_cloud_each_account_calls_only_its_roles_routes(
     offline: None, monkeypatch: pytest.MonkeyPatch, google: FakeGoogle
 ) -> None:

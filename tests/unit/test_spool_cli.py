@@ -92,3 +92,36 @@ def test_when_the_control_plane_does_not_answer_the_spool_is_read_all_the_same(
     monkeypatch.setenv("NOETL_INTERNAL_API_TOKEN", "t")
     assert main(["spool", "ls", SUB, "--backend", "local_disk", "--dir", str(spool_dir), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["items"] == 2
+
+
+def test_resend_moves_dead_letters_back_to_their_lanes_one_or_all_matching(
+    spool_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = ["--backend", "local_disk", "--dir", str(spool_dir)]
+    spool = LocalDiskSpool(spool_dir)
+    (dead,) = spool.list(SUB, dlq=True)
+    assert main(["spool", "resend", SUB, "--all", "--reason", "poison", *where]) == 0  # matches none
+    assert json.loads(capsys.readouterr().out)["matched"] == 0 and spool.list(SUB, dlq=True) == [dead]
+    assert main(["spool", "resend", SUB, "--item", dead.name, *where]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["matched"], summary["resent"], summary["failed"]) == (1, 1, 0)
+    assert spool.list(SUB, dlq=True) == [] and len(spool.list(SUB, "k-b")) == 1
+    item, _payload = spool.get(spool.list(SUB, "k-b")[0])
+    assert (item.message_id, item.attempts, item.dlq_reason) == ("m1", 0, None)
+    # again: that dead letter is gone (exit 2, its code), and --all now matches nothing
+    assert main(["spool", "resend", SUB, "--item", dead.name, *where]) == 2
+    assert "spool_item_not_found" in capsys.readouterr().err
+    spool.move_to_dlq(spool.list(SUB, "k-b")[0], "max_replay_attempts")
+    assert main(["spool", "resend", SUB, "--all", "--lane", "k-b", *where]) == 0
+    assert json.loads(capsys.readouterr().out)["resent"] == 1 and spool.list(SUB, dlq=True) == []
+
+
+@pytest.mark.parametrize(
+    "extra", [[], ["--all", "--item", "x"], ["--item", "x", "--lane", "a"], ["--item", "elsewhere/dlq/a/x"]]
+)
+def test_resend_needs_one_item_or_all_and_a_dead_letter_of_its_own_subscription(
+    spool_dir: Path, capsys: pytest.CaptureFixture[str], extra: list[str]
+) -> None:
+    assert main(["spool", "resend", SUB, *extra, "--backend", "local_disk", "--dir", str(spool_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "usage" in err or "not_a_dead_letter" in err

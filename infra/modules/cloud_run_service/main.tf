@@ -7,6 +7,7 @@ resource "google_cloud_run_v2_service" "this" {
   # runtime per subscription) to roll out a new image.
   labels              = merge(var.labels, { "noetl-stack" = var.stack, "noetl-role" = replace(var.role, "_", "-") })
   deletion_protection = var.deletion_protection
+  custom_audiences    = var.custom_audiences
 
   template {
     service_account                  = var.service_account_email

@@ -157,3 +157,9 @@ variable "labels" {
   type        = map(string)
   default     = {}
 }
+
+variable "custom_audiences" {
+  description = "Audiences besides the service's URL that Cloud Run accepts in ID tokens (e.g. the control plane's URL, for calls it forwards with the caller's token)."
+  type        = list(string)
+  default     = []
+}

@@ -127,6 +127,8 @@ locals {
       NOETL_PAYLOAD_BACKEND = "gcs"
       NOETL_PAYLOAD_BUCKET  = module.payload_bucket.name
       NOETL_ARCHIVE_BUCKET  = module.archive_bucket.name
+      # /api/spool/* (the console's spool page) is forwarded to the drainer (docs/console.md).
+      NOETL_SPOOL_DRAINER_URL = try(local.url["spool_drainer"], "")
     })
     frames = merge(local.database_env, {
       NOETL_INTERNAL_API_AUDIENCE = try(local.url["frames"], "")
@@ -542,6 +544,9 @@ module "service" {
   vpc_access            = contains(local.control_plane, each.value.role) ? var.vpc_access : null
   deletion_protection   = var.deletion_protection
   labels                = var.labels
+  # The drainer's /api/spool/* comes forwarded by the control plane with the operator's own ID token,
+  # minted for the control plane's URL: Cloud Run's invoker check must accept that audience too.
+  custom_audiences = each.value.role == "spool_drainer" ? compact([try(local.url["execute"], "")]) : []
   scaling = {
     min_instances   = var.roles[each.value.role].min_instances
     max_instances   = var.roles[each.value.role].max_instances

@@ -199,10 +199,11 @@ def _digest(value: str) -> bytes:
     return hashlib.sha256(value.encode("utf-8")).digest()
 
 
-def install(app: Flask, auth: InternalAuth, *, prefix: str = "/api/") -> None:
+def install(app: Flask, auth: InternalAuth, *, prefix: str = "/api/", exclude: tuple[str, ...] = ()) -> None:
     """Authenticate every request whose path is under ``prefix`` (the caller lands in ``g.caller``),
     then authorize it by the app's entry in :data:`~noetl_cloud.auth.roles.POLICY` (``create_app``'s
-    role name): a route without an entry is refused to everyone.
+    role name): a route without an entry is refused to everyone. Paths under an ``exclude`` prefix are
+    left to another :func:`install` (with other authentication) for that prefix.
 
     Errors are left to the app's JSON error handlers (``create_app`` registers them).
     """
@@ -212,7 +213,7 @@ def install(app: Flask, auth: InternalAuth, *, prefix: str = "/api/") -> None:
     @app.before_request
     def _authenticate_internal_caller() -> None:
         path = request.path
-        if path != root and not path.startswith(prefix):
+        if (path != root and not path.startswith(prefix)) or path.startswith(exclude):
             return
         try:
             caller = g.caller = auth.authenticate(request.headers.get("Authorization"))

@@ -102,6 +102,9 @@ POLICY: dict[str, dict[Route, frozenset[str]]] = {
         ("GET", "/api/replay/state"): _OPS,
         ("GET", "/api/replay/verify"): _OPS,
         ("GET", "/api/traces/<trace_id>"): _OPS,
+        # the spool and its dead letters, forwarded to the spool drainer (the console's spool page)
+        ("GET", "/api/spool/<path:rest>"): _OPS,
+        ("POST", "/api/spool/<path:rest>"): _OPS,
         ("GET", "/console"): _OPS,
         ("GET", "/console/"): _OPS,
         ("GET", "/console/<path:name>"): _OPS,
@@ -126,6 +129,13 @@ POLICY: dict[str, dict[Route, frozenset[str]]] = {
         _OPENAPI: _ANY,
         # the schedule; whoever closes a circuit or spools while a probe is due; an operator's resume
         ("POST", "/drain"): _roles(SCHEDULER, INGRESS, SUBSCRIPTION_RUNTIME, SPOOL_DRAINER, OPERATOR),
+        # operators: the spool, its dead letters and their resend (directly, or forwarded by the control plane)
+        ("GET", "/api/spool/subscriptions"): _OPS,
+        ("GET", "/api/spool/dead-letters"): _OPS,
+        ("POST", "/api/spool/dead-letters/resend"): _OPS,
+        ("POST", "/api/spool/resends"): _OPS,
+        ("GET", "/api/spool/resends/<operation_id>"): _OPS,
+        ("POST", "/api/spool/drain"): _OPS,
     },
     # The worker's /api/ is its OpenAPI document, behind the push credentials; POST / checks them itself.
     "worker": {_OPENAPI: _ANY},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from noetl_cloud.cli.output import progress
 from noetl_cloud.errors import BadRequest
@@ -21,7 +21,7 @@ def add_parsers(sub: SubParsers) -> None:
     db.set_defaults(handler=db_migrate)
 
     spool = sub.add_parser("spool", help="a subscription's store-and-forward spool: list, inspect, drain, dead letters")
-    spool.add_argument("action", choices=["ls", "show", "drain", "dlq"])
+    spool.add_argument("action", choices=["ls", "show", "drain", "dlq", "resend"])
     spool.add_argument("subscription", help="the subscription's catalog path")
     spool.add_argument("name", nargs="?", help="show: the item's object name, as ls prints it")
     spool.add_argument("--lane", help="ls, dlq: one lane only")
@@ -29,6 +29,10 @@ def add_parsers(sub: SubParsers) -> None:
     spool.add_argument("--json", action="store_true", help="ls, dlq: as JSON")
     spool.add_argument("--payload", action="store_true", help="show: the payload too")
     spool.add_argument("--resume", action="store_true", help="drain: lift the halt a poison left on a global lane")
+    spool.add_argument("--item", help="resend: this dead letter (its name, as dlq prints it)")
+    spool.add_argument("--all", action="store_true", help="resend: every dead letter (of --lane, with --reason)")
+    spool.add_argument("--reason", help="resend --all: only dead letters of this reason (e.g. poison)")
+    spool.add_argument("--no-drain", action="store_true", help="resend: do not drain afterwards")
     spool.add_argument("--backend", choices=["gcs", "s3", "local_disk"], help="look in this spool backend")
     spool.add_argument("--bucket", help="with --backend gcs or s3")
     spool.add_argument("--dir", help="with --backend local_disk")
@@ -85,6 +89,8 @@ def spool_command(args: argparse.Namespace) -> int:
         progress(f"draining the spool of {args.subscription} ...")
         return operator.drain(settings, args.subscription, print, resume=args.resume)
     spool = operator.open_spool(settings, args.subscription, args.backend, args.bucket or args.dir)
+    if args.action == "resend":
+        return spool_resend(args, settings, spool)
     if args.action == "show":
         if not args.name:
             raise BadRequest("show needs the item's name (as `spool ls` prints it)", code="usage")
@@ -92,6 +98,21 @@ def spool_command(args: argparse.Namespace) -> int:
     return operator.ls(
         spool, args.subscription, print, dlq=args.action == "dlq", lane=args.lane, limit=args.limit, as_json=args.json
     )
+
+
+def spool_resend(args: argparse.Namespace, settings: Any, spool: Any) -> int:
+    """Dead letters back to their lanes, then (with a control plane to replay to) a drain in this process."""
+    from noetl_cloud.spool import operator
+
+    if bool(args.item) == bool(args.all) or (args.item and (args.lane or args.reason)):
+        raise BadRequest("resend needs --item NAME, or --all [--lane L] [--reason R]", code="usage")
+    summary = operator.resend(
+        spool, args.subscription, print, item=args.item, lane=args.lane, reason=args.reason, progress=progress
+    )
+    if summary["resent"] and settings.api_url and not args.no_drain:
+        progress(f"draining the spool of {args.subscription} ...")
+        operator.drain(settings, args.subscription, print)
+    return 0 if summary["failed"] == 0 else 1
 
 
 def replay_verify(args: argparse.Namespace) -> int:

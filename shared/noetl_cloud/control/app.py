@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from noetl_cloud import console, telemetry
 from noetl_cloud.auth.internal import InternalAuth, install
-from noetl_cloud.control import executions_api, ingress_scope, runtime_events, spool_events
+from noetl_cloud.control import executions_api, ingress_scope, runtime_events, spool_events, spool_proxy
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import BatchRequest, ExecuteRequest
 from noetl_cloud.control.reports import WorkerRef, WorkerReport
@@ -245,6 +245,7 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     app.register_blueprint(replay_api.blueprint(lambda: plane.replay))
     app.register_blueprint(executions_api.blueprint(lambda: plane.execution_queries, lambda: plane.executions))
     app.register_blueprint(console.blueprint())
+    app.register_blueprint(spool_proxy.blueprint(settings))  # the console's spool page: the drainer's routes
     app.register_blueprint(traces.blueprint(plane.settings))  # where the console's trace link goes
     return app
 

@@ -24,6 +24,7 @@ EventType = Literal[
     "subscription.message.replayed",
     "subscription.message.dead_lettered",
     "subscription.message.dropped",
+    "subscription.message.resent",
     "subscription.spool.draining",
     "subscription.spool.recovered",
     "subscription.spool.alert",

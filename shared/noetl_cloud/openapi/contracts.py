@@ -15,6 +15,7 @@ from noetl_cloud.control.runtime_events import RuntimeEventsIn
 from noetl_cloud.control.spool_events import SpoolEventsIn
 from noetl_cloud.frames.models import BatchCommitRequest, ClaimRequest, CommitRequest, HeartbeatRequest
 from noetl_cloud.openapi.generator import Operation, Query, RoleContract
+from noetl_cloud.spool import routes
 from noetl_cloud.spool.app import DrainRequest
 
 # -- models of answers and of bodies no route validates with a model of its own ---------------------------
@@ -145,6 +146,15 @@ EXECUTE = RoleContract(
             query=(Query("after", _ID), Query("wait", {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S})),
             errors=(400, 404),
         ),
+        ("spool_proxy.spool_get", "GET"): _op(
+            "Forwarded to the spool drainer's GET /api/spool/... (its document describes them)",
+            errors=(401, 403, 404, 422, 503),
+        ),
+        ("spool_proxy.spool_post", "POST"): _op(
+            "Forwarded to the spool drainer's POST /api/spool/... (its document describes them)",
+            raw_body="application/json",
+            errors=(400, 401, 403, 404, 409, 413, 422, 503),
+        ),
         ("traces.get_trace", "GET"): _op(
             "A trace's spans from the local exporter (NOETL_TRACING=local), or a redirect to Cloud Trace (cloud)",
             errors=(400, 404),
@@ -273,6 +283,42 @@ SPOOL_DRAINER = RoleContract(
         **_HEALTH,
         **_OPENAPI,
         ("drain", "POST"): _op("Drain the spool of one or every subscription", body=DrainRequest, body_required=False),
+        ("spool_subscriptions", "GET"): _op(
+            "Spooling subscriptions: lanes (items, bytes, oldest item's age), dead letters, circuit",
+            query=(Query("subscription", {"type": "string"}, description="only this subscription"),),
+            answers={200: routes.SpoolSubscriptions},
+            errors=(404, 422),
+        ),
+        ("spool_dead_letters", "GET"): _op(
+            "One page of a subscription's dead letters, in lane then receive order",
+            query=(
+                Query("subscription", {"type": "string"}, required=True),
+                Query("lane", {"type": "string"}),
+                Query("reason", {"type": "string"}, description="the dead letter's dlq_reason, e.g. poison"),
+                Query("limit", {"type": "integer", "minimum": 1, "maximum": routes.MAX_PAGE}),
+                Query("after", {"type": "string"}, description="the previous page's next"),
+            ),
+            answers={200: routes.DeadLetterPage},
+            errors=(404, 422),
+        ),
+        ("spool_resend", "POST"): _op(
+            "Resend one dead letter to its lane (receive order kept), then drain",
+            body=routes.ResendOne,
+            answers={200: routes.Resent},
+            errors=(400, 404, 409, 422),
+        ),
+        ("spool_resend_all", "POST"): _op(
+            "Resend every dead letter a filter matches, as one operation (poll its record)",
+            body=routes.ResendAll,
+            answers={202: routes.ResendOperation},
+            errors=(404, 422),
+        ),
+        ("spool_resend_operation", "GET"): _op(
+            "A resend operation's progress", answers={200: routes.ResendOperation}, errors=(404,)
+        ),
+        ("spool_drain_now", "POST"): _op(
+            "Drain one subscription now", body=routes.DrainOne, answers={200: routes.DrainResults}, errors=(422,)
+        ),
     },
 )
 

@@ -1,4 +1,5 @@
-"""The spool drainer role: ``POST /drain`` (Cloud Scheduler, and whoever closes a circuit).
+"""The spool drainer role: ``POST /drain`` (Cloud Scheduler, and whoever closes a circuit), and the
+operators' ``/api/spool/*`` (the spool, its dead letters and their resend: :mod:`noetl_cloud.spool.routes`).
 
 Body (optional): ``{"subscription": "<catalog path>", "resume": false}``. Without a subscription
 every spooling subscription is drained (those with objects in the deployment's spool, and those
@@ -18,7 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from noetl_cloud.auth.internal import InternalAuth, install
 from noetl_cloud.observability import configure_logging
 from noetl_cloud.settings import Settings
+from noetl_cloud.spool import routes
 from noetl_cloud.spool.bootstrap import DrainService, drain_service
+from noetl_cloud.spool.manage import SpoolManager
 from noetl_cloud.web import create_app, json_body
 
 
@@ -28,10 +31,19 @@ class DrainRequest(BaseModel):
     resume: bool = False
 
 
-def build_app(settings: Settings, service: DrainService, auth: InternalAuth) -> Flask:
+def build_app(
+    settings: Settings,
+    service: DrainService,
+    auth: InternalAuth,
+    *,
+    manager: SpoolManager | None = None,
+    spool_auth: InternalAuth | None = None,
+) -> Flask:
+    """``spool_auth`` authenticates the operators' ``/api/spool/*`` (default: ``auth``)."""
     app = create_app("spool_drainer", settings)
     install(app, auth, prefix="/drain/")
-    install(app, auth)  # /api/openapi.json
+    install(app, spool_auth or auth, prefix=routes.PREFIX)
+    install(app, auth, exclude=(routes.PREFIX,))  # /api/openapi.json
 
     @app.post("/drain")
     def drain() -> dict[str, Any]:
@@ -41,6 +53,14 @@ def build_app(settings: Settings, service: DrainService, auth: InternalAuth) -> 
         subscriptions = [body.subscription] if body.subscription else None
         return {"results": service.run(subscriptions, resume=body.resume)}
 
+    managed: list[SpoolManager] = [manager] if manager is not None else []
+
+    def spool_manager() -> SpoolManager:
+        if not managed:
+            managed.append(SpoolManager(service.drainer.engine, service.targets, lambda sub: service.run([sub])))
+        return managed[0]
+
+    routes.register(app, spool_manager)
     return app
 
 
@@ -51,7 +71,13 @@ def app_from_env(env: Mapping[str, str]) -> Flask:
     # to the API) are minted by its callers for the URL they reach the drainer at: NOETL_SPOOL_DRAINER_URL,
     # the drainer's own URL. Without ID tokens (locally) that URL only tells where the drainer is.
     audience = None
+    spool_audience: list[str] | None = None
     if settings.internal_api_audience is not None:
         audience = settings.spool_drainer_url or settings.internal_api_audience
+        # The operators' /api/spool/* calls the control plane forwards (the console's spool page) carry
+        # the operator's own ID token, minted for the control plane's URL: accepted there, and only there
+        # (operators only, by the policy); /drain keeps the drainer's own audience.
+        spool_audience = [audience, settings.internal_api_audience]
     auth = InternalAuth.from_settings(settings, audience=audience)
-    return build_app(settings, drain_service(settings), auth)
+    spool_auth = InternalAuth.from_settings(settings, audience=spool_audience) if spool_audience else None
+    return build_app(settings, drain_service(settings), auth, spool_auth=spool_auth)

@@ -25,6 +25,7 @@ import hashlib
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,6 +41,7 @@ SPOOLED: Final = "subscription.message.spooled"
 REPLAYED: Final = "subscription.message.replayed"
 DEAD_LETTERED: Final = "subscription.message.dead_lettered"
 DROPPED: Final = "subscription.message.dropped"
+RESENT: Final = "subscription.message.resent"
 DRAINING: Final = "subscription.spool.draining"
 RECOVERED: Final = "subscription.spool.recovered"
 ALERT: Final = "subscription.spool.alert"
@@ -50,6 +52,7 @@ EVENT_TYPES: Final = (
     REPLAYED,
     DEAD_LETTERED,
     DROPPED,
+    RESENT,
     DRAINING,
     RECOVERED,
     ALERT,
@@ -170,6 +173,19 @@ def dropped(item: Any, dlq_name: str, reason: str, *, bytes_used: int, max_bytes
         "max_bytes": max_bytes,
     }
     return SpoolEvent(DROPPED, "subscription", item.subscription, payload, _key(DROPPED, dlq_name))
+
+
+def resent(item: Any, dlq_name: str, live_name: str, *, by: str | None, operation_id: str | None) -> SpoolEvent:
+    """An operator moved a dead letter back to its lane (each resend is its own event: a fresh key)."""
+    payload = {
+        **_item_fields(item, live_name),
+        "dlq_ref": spool_ref(dlq_name),
+        "dlq_reason": item.dlq_reason,
+        "attempts": item.attempts,
+        "by": by,
+        "operation_id": operation_id,
+    }
+    return SpoolEvent(RESENT, "subscription", item.subscription, payload, _key(RESENT, dlq_name, uuid.uuid4().hex))
 
 
 def draining(subscription: str, run_id: str, *, items: int, bytes_used: int, lanes: int, ordering: str) -> SpoolEvent:

@@ -1,4 +1,4 @@
-"""``noetl-cloud spool ls|show|drain|dlq``: what an operator does with a subscription's spool.
+"""``noetl-cloud spool ls|show|drain|dlq|resend``: what an operator does with a subscription's spool.
 
 The spool is found as the roles find it: ``--backend`` with ``--bucket`` / ``--dir`` when given;
 else the subscription's own ``spool`` block from the control plane (``NOETL_API_URL``) combined
@@ -134,3 +134,49 @@ def drain(settings: Settings, subscription: str, out: Print, *, resume: bool = F
     reports = drain_service(settings).run([subscription], resume=resume)
     out(json.dumps({"results": reports}, indent=2))
     return 0 if all(r.get("state") in ("drained", "empty") for r in reports) else 1
+
+
+def resend(
+    spool: SpoolBackend,
+    subscription: str,
+    out: Print,
+    *,
+    item: str | None = None,
+    lane: str | None = None,
+    reason: str | None = None,
+    progress: Print | None = None,
+) -> dict[str, Any]:
+    """Dead letters back to their lanes (receive order kept): ``item`` (one name, as ``spool dlq`` prints
+    it), else every one of the subscription (of ``lane``, with ``reason``). Progress goes to ``progress``."""
+    from noetl_cloud.errors import NoetlError
+    from noetl_cloud.spool.item import SpoolItemNotFound, dlq_prefix
+    from noetl_cloud.spool.manage import Filter, matching
+
+    if item is not None:
+        if not item.startswith(dlq_prefix(subscription)):
+            raise BadRequest(f"{item!r} is not a dead letter of {subscription}", code="not_a_dead_letter")
+        refs = [SpoolRef(item, None, 0)]
+    else:
+        refs = [ref for ref, _item in matching(spool, Filter(subscription, lane, reason))]
+    summary: dict[str, Any] = {
+        "subscription": subscription,
+        "matched": len(refs),
+        "resent": 0,
+        "failed": 0,
+        "errors": [],
+    }
+    for ref in refs:
+        try:
+            spool.resend(ref)
+            summary["resent"] += 1
+        except SpoolItemNotFound:
+            if item is not None:
+                raise
+            summary["resent"] += 1  # resent by someone else meanwhile
+        except NoetlError as exc:
+            summary["failed"] += 1
+            summary["errors"].append({"name": ref.name, "code": exc.code})
+        if progress is not None:
+            progress(f"resent {summary['resent']} of {len(refs)}, failed {summary['failed']}")
+    out(json.dumps(summary, indent=2))
+    return summary

@@ -20,6 +20,11 @@ Semantics every adapter keeps (``tests/contracts/spool.py`` proves them):
 * ``move_to_dlq`` copies the item, with ``dlq_reason`` set, create-only under
   ``<subscription>/dlq/<lane>/`` and then deletes the live object. It can be run again after a
   crash between the two steps (an identical dead-letter copy counts as done).
+* ``resend`` is the way back: it copies a dead-lettered item, ``attempts`` reset to 0 and
+  ``dlq_reason`` cleared, create-only under its live name (same lane, same ``recv_seq``, so it
+  takes its place in receive order again), and then deletes the dead letter. Run again after a
+  crash between the two steps, it finds its own live copy (same message, sequence and sha256) and
+  finishes; a live copy an interrupted ``move_to_dlq`` left behind is reset in place.
 * ``get`` verifies the payload against the recorded sha256: :class:`SpoolItemCorrupted`
   otherwise. Objects under a lane whose last segment is not ``<recv_seq>-<id>`` are ignored.
 * A backend outage is :class:`~noetl_cloud.errors.Unavailable` (retryable); any other refusal
@@ -132,6 +137,16 @@ class SpoolBackend(Protocol):
         """
         ...
 
+    def resend(self, ref: SpoolRef) -> SpoolRef:
+        """Move a dead letter back to its lane's live spool (``attempts`` 0, no ``dlq_reason``); the live reference.
+
+        The live name keeps the item's ``recv_seq``, so the lane replays it in receive order.
+        :class:`SpoolItemNotFound` when there is no such dead letter (already resent),
+        :class:`SpoolError` (``spool_not_dead_lettered``) for a live item, :class:`SpoolVersionConflict`
+        when ``ref.version`` is not the dead letter's version.
+        """
+        ...
+
     def subscriptions(self) -> builtins.list[str]:
         """The subscriptions (decoded, sorted by encoded name) that hold at least one object, live or dead-lettered."""
         ...
@@ -241,6 +256,29 @@ class ObjectSpool(ABC):
                 raise
         self._delete(stored)
         return moved
+
+    def resend(self, ref: SpoolRef) -> SpoolRef:
+        stored, data = self._read(ref.name)
+        if ref.version is not None and stored.version != ref.version:
+            raise SpoolVersionConflict(ref.name, ref.version, stored.version)
+        item, payload = self._decode(ref.name, data)
+        if ref.name != object_name(item, dlq=True):
+            raise SpoolError(f"spool item {ref.name!r} is not dead-lettered", code="spool_not_dead_lettered")
+        live = item.model_copy(update={"attempts": 0, "dlq_reason": None})
+        name = object_name(live)
+        try:
+            revived = self._create(name, encode_object(live, payload))
+        except SpoolItemExists:
+            # A resend interrupted after its copy, or a move to the dead letters interrupted before its
+            # delete: the live object is this very message; make it a fresh live item and finish.
+            revived, existing = self._read(name)
+            earlier, _payload = self._decode(name, existing)
+            if (earlier.message_id, earlier.recv_seq, earlier.sha256) != (item.message_id, item.recv_seq, item.sha256):
+                raise
+            if earlier != live:
+                revived = self._replace(revived, encode_object(live, payload))
+        self._delete(stored)
+        return revived
 
     def put_dead(self, item: SpoolItem, payload: bytes, reason: str) -> SpoolRef:
         dead = item.model_copy(update={"dlq_reason": reason})

@@ -1,12 +1,13 @@
 // The NoETL Cloud console: its routes. The pages are ES modules beside this one (executions.js,
-// execution.js with timetravel.js, subscriptions.js, over common.js), loaded by the browser as they are:
+// execution.js with timetravel.js, subscriptions.js, spool.js, over common.js), loaded by the browser as they are:
 // no framework, no build step. Every value reaches the page through textContent, never as markup.
 // Routes live in the URL's hash: #/?status=failed&path=... (the list with its filters),
-// #/executions/<id> (one execution) and #/subscriptions.
+// #/executions/<id> (one execution), #/subscriptions and #/spool[?subscription=...].
 
 import { $, clearError } from "./common.js";
 import { showExecution } from "./execution.js";
 import { applyFilters, showList } from "./executions.js";
+import { showSpool } from "./spool.js";
 import { showSubscriptions } from "./subscriptions.js";
 
 let view = null; // what the current route shows: {stop()} ends its timers and long polls
@@ -17,11 +18,14 @@ function route() {
   const hash = location.hash || "#/";
   const match = hash.match(/^#\/executions\/(\d{1,19})$/);
   const subscriptions = hash === "#/subscriptions";
-  $("#executions-view").hidden = Boolean(match) || subscriptions;
+  const spool = hash === "#/spool" || hash.startsWith("#/spool?");
+  $("#executions-view").hidden = Boolean(match) || subscriptions || spool;
   $("#execution-view").hidden = !match;
   $("#subscriptions-view").hidden = !subscriptions;
+  $("#spool-view").hidden = !spool;
   if (match) view = showExecution(match[1]);
   else if (subscriptions) view = showSubscriptions();
+  else if (spool) view = showSpool();
   else view = showList();
 }
 
