@@ -146,6 +146,20 @@ class SpoolItem(BaseModel):
         """An item describing ``payload``: its sha256 and length computed here."""
         return cls(sha256=payload_sha256(payload), payload_bytes=len(payload), **fields)
 
+    def listing(self, name: str, *, dead: bool) -> dict[str, Any]:
+        """The row an operator sees for this item stored as ``name`` (the CLI's and the API's listings):
+        metadata only, never the payload; ``reason`` is the dead-letter reason of a ``dead`` item."""
+        return {
+            "name": name,
+            "lane": self.lane,
+            "recv_seq": str(self.recv_seq),
+            "message_id": self.message_id,
+            "attempts": self.attempts,
+            "bytes": self.payload_bytes,
+            "spooled_at": self.spooled_at.isoformat(),
+            "reason": self.dlq_reason if dead else self.reason,
+        }
+
     def matches(self, payload: bytes) -> bool:
         return len(payload) == self.payload_bytes and payload_sha256(payload) == self.sha256
 

@@ -192,19 +192,7 @@ class SpoolManager:
             if len(rows) == limit:
                 more = True
                 break
-            rows.append(
-                {
-                    "name": ref.name,
-                    "lane": item.lane,
-                    "recv_seq": str(item.recv_seq),
-                    "message_id": item.message_id,
-                    "attempts": item.attempts,
-                    "bytes": item.payload_bytes,
-                    "spooled_at": item.spooled_at.isoformat(),
-                    "reason": item.dlq_reason,
-                    "playbook": item.plan.get("playbook"),
-                }
-            )
+            rows.append({**item.listing(ref.name, dead=True), "playbook": item.plan.get("playbook")})
         return {"subscription": which.subscription, "items": rows, "next": rows[-1]["name"] if more else None}
 
     def resend(self, subscription: str, name: str, *, by: str | None = None) -> dict[str, Any]:

@@ -69,18 +69,7 @@ def _rows(spool: SpoolBackend, subscription: str, *, dlq: bool, lane: str | None
     rows = []
     for ref in spool.list(subscription, lane, limit=limit, dlq=dlq):
         item, _payload = spool.get(ref)
-        rows.append(
-            {
-                "name": ref.name,
-                "lane": item.lane,
-                "recv_seq": str(item.recv_seq),
-                "message_id": item.message_id,
-                "attempts": item.attempts,
-                "bytes": item.payload_bytes,
-                "spooled_at": item.spooled_at.isoformat(),
-                "reason": item.dlq_reason if dlq else item.reason,
-            }
-        )
+        rows.append(item.listing(ref.name, dead=dlq))
     return rows
 
 
