@@ -114,8 +114,14 @@ def test_a_webhook_is_one_trace_from_the_ingress_to_its_last_step(
     def names() -> Counter[str]:
         return Counter(s["name"] for s in trace_spans(folder, trace_id))
 
-    # Spans reach the file within the exporters' delay; wait for the last step's report.
-    assert wait_until(lambda: names()["POST /api/events"] >= 2 and names()["tool.noop"] >= 1, timeout=30), names()
+    # Spans reach the file within the exporters' delay, each process on its own schedule (the start and
+    # the reports may be served by different gunicorn workers of execute): wait for the start's span
+    # and the last step's report.
+    def all_there() -> bool:
+        seen = names()
+        return seen["POST /api/execute"] >= 1 and seen["POST /api/events"] >= 2 and seen["tool.noop"] >= 1
+
+    assert wait_until(all_there, timeout=30), names()
     spans = trace_spans(folder, trace_id)
     by_id = {s["span_id"]: s for s in spans}
     named = {s["name"]: s for s in spans}
