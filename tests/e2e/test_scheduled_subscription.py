@@ -19,23 +19,14 @@ from noetl_cloud.local.process import wait_until
 from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.web.client import ApiClient
 from tests.e2e.stack_api import ROOT
-from tests.integration.control_fixtures import PROJECT, playbook
+from tests.integration.control_fixtures import playbook, pull_source
 
 CADENCE = "*/2 * * * * *"  # every two seconds (a leading seconds field)
 
 
 @pytest.fixture
 def source(stack_env: dict[str, str]) -> Iterator[tuple[pubsub_v1.PublisherClient, str, str]]:
-    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
-    suffix = secrets.token_hex(4)
-    topic = publisher.topic_path(PROJECT, f"e2e-sched-{suffix}")
-    name = subscriber.subscription_path(PROJECT, f"e2e-sched-{suffix}")
-    publisher.create_topic(name=topic)
-    subscriber.create_subscription(name=name, topic=topic, ack_deadline_seconds=10)
-    yield publisher, topic, name
-    subscriber.delete_subscription(subscription=name)
-    publisher.delete_topic(topic=topic)
-    subscriber.close()
+    yield from pull_source("e2e-sched")
 
 
 def subscription_doc(path: str, subscription: str) -> str:

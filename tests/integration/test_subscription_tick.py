@@ -6,7 +6,6 @@ Time is the tick's argument (no sleeps decide anything)."""
 from __future__ import annotations
 
 import json
-import secrets
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,21 +20,12 @@ from sqlalchemy import func, select
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.db.schema import execution, subscription_schedule_run
 from noetl_cloud.local.process import wait_until
-from tests.integration.control_fixtures import PROJECT, playbook
+from tests.integration.control_fixtures import playbook, pull_source
 
 
 @pytest.fixture
 def source(local_env: dict[str, str]) -> Iterator[tuple[pubsub_v1.PublisherClient, str, str]]:
-    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
-    suffix = secrets.token_hex(4)
-    topic = publisher.topic_path(PROJECT, f"sched-{suffix}")
-    name = subscriber.subscription_path(PROJECT, f"sched-{suffix}")
-    publisher.create_topic(name=topic)
-    subscriber.create_subscription(name=name, topic=topic, ack_deadline_seconds=10)
-    yield publisher, topic, name
-    subscriber.delete_subscription(subscription=name)
-    publisher.delete_topic(topic=topic)
-    subscriber.close()
+    yield from pull_source("sched")
 
 
 def scheduled(name: str, subscription: str, cadence: str = "* * * * * *") -> str:
