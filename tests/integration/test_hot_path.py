@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import ExecuteRequest
+from noetl_cloud.control.orchestrator import Orchestrator
 from noetl_cloud.messaging.port import OutboundMessage
 from noetl_cloud.settings import Settings
 from tests.integration.control_fixtures import Topics, register
@@ -315,3 +316,88 @@ def test_a_report_that_waited_for_its_execution_counts_what_the_lock_holder_comm
         holder.commit()
         reporter.join(30)
     assert answers and answers[0]["execution_status"] == "completed"
+
+
+def _stream_versions(plane: ControlPlane, execution_id: str) -> list[int]:
+    with plane.engine.connect() as conn:
+        return list(
+            conn.execute(
+                text("SELECT stream_version FROM event WHERE stream_id = :s ORDER BY stream_version"),
+                {"s": f"execution/{execution_id}"},
+            ).scalars()
+        )
+
+
+def test_a_claim_is_one_statement_and_its_event_and_a_report_one_more_and_the_commit(
+    client: FlaskClient, plane: ControlPlane, topics: Topics, round_trips: list[int]
+) -> None:
+    register(client, chain_playbook("hot/trips", 3))
+    plane.relay.background = True  # publishing is the relay thread's, as in the roles
+    for _ in range(2):  # warm: statements prepared, plans cached; then counted
+        execution_id = client.post("/api/execute", json={"path": "hot/trips"}).get_json()["execution_id"]
+        with plane.engine.connect() as conn:
+            first = conn.execute(
+                text("SELECT command_id FROM command WHERE execution_id = :e"), {"e": int(execution_id)}
+            ).scalar_one()
+        round_trips[0] = 0
+        command = plane.orchestrator.claim(first, "w1")
+        claim_trips = round_trips[0]
+        round_trips[0] = 0
+        answer = _report(client, {**command, "attempt": 1})
+        report_trips = round_trips[0]
+    # BEGIN, the claim with its document and the stream's head, the event with the head's move, COMMIT.
+    assert claim_trips == 4, claim_trips
+    # BEGIN, the execution's lock, the command's lock with the stream's head, the turn, COMMIT.
+    assert report_trips == 5, report_trips
+    (handed,) = answer["next"]
+    last = _report(client, _report(client, handed)["next"][0])
+    assert last["execution_status"] == "completed", last
+    assert plane.relay.flush()
+    versions = _stream_versions(plane, execution_id)
+    assert versions == list(range(1, len(versions) + 1)), versions  # none twice, none skipped
+
+
+def test_a_report_whose_stream_a_claim_appended_to_after_its_lock_writes_after_that_event(
+    client: FlaskClient, plane: ControlPlane, topics: Topics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report reads the stream's head with its command lock, without locking the stream: a claim of a
+    parallel branch that appends in between moves the head, and the report's write, finding it moved,
+    writes nothing and is written again after a bump of the head, its events after the claim's."""
+    register(client, FAN_OUT)
+    execution_id = client.post("/api/execute", json={"path": "hot/fan"}).get_json()["execution_id"]
+    assert _report(client, _claim_first(client, plane, execution_id), accept_next=False)["next"] == []
+    with plane.engine.connect() as conn:
+        branches = dict(
+            conn.execute(
+                text("SELECT step, command_id FROM command WHERE execution_id = :e AND status = 'issued'"),
+                {"e": int(execution_id)},
+            ).all()
+        )
+    left = client.post(f"/api/commands/{branches['left']}/claim", json={"worker_id": "w1"}).get_json()
+    original = Orchestrator._lock_command
+    moved: list[int] = []
+
+    def lock_then_claim_the_other_branch(*args: Any, **kwargs: Any) -> Any:
+        cmd = original(*args, **kwargs)
+        if not moved:  # another transaction, committed before the report writes
+            moved.append(cmd.head)
+            other = client.post(f"/api/commands/{branches['right']}/claim", json={"worker_id": "w2"})
+            assert other.status_code == 200, other.get_json()
+        return cmd
+
+    monkeypatch.setattr(Orchestrator, "_lock_command", staticmethod(lock_then_claim_the_other_branch))
+    assert _report(client, left, accept_next=False)["accepted"] is True
+    versions = _stream_versions(plane, execution_id)
+    assert moved and versions == list(range(1, len(versions) + 1))
+    with plane.engine.connect() as conn:
+        order = conn.execute(
+            text(
+                "SELECT event_type, payload ->> 'command_id' FROM event WHERE stream_id = :s "
+                "AND stream_version > :head ORDER BY stream_version LIMIT 2"
+            ),
+            {"s": f"execution/{execution_id}", "head": moved[0]},
+        ).all()
+    assert [tuple(row) for row in order] == [
+        ("command.claimed", str(branches["right"])),
+        ("command.started", str(left["command_id"])),
+    ]

@@ -52,7 +52,7 @@ class CommandAccess:
             ).first()
             refusal = self._refusal(conn, command_id) if row is None else None
             if refusal is None:
-                document = self._claimed(conn, command_id, worker_id, rows)
+                document = self._claimed(conn, row, worker_id, rows, {})
         if refusal is not None:
             raise refusal  # after the commit: a command of an ended execution stays cancelled
         self.relay.hand_off(rows)
@@ -69,18 +69,24 @@ class CommandAccess:
                 conn.execute(
                     _CLAIM_QUEUED,
                     {"pool": pool, "worker": worker_id, "lease": self.lease_s, "t": tenant, "o": org, "n": limit},
-                ).scalars()
+                ).all(),
+                key=lambda row: int(row.command_id),
             )
-            documents = [self._claimed(conn, command_id, worker_id, rows) for command_id in claimed]
+            heads: dict[str, int] = {}
+            documents = [self._claimed(conn, row, worker_id, rows, heads) for row in claimed]
         self.relay.hand_off(rows)
         return documents
 
-    def _claimed(self, conn: Connection, command_id: int, worker_id: str, outbox: list[OutboxRow]) -> dict[str, Any]:
-        """The document of a command just claimed, after its ``command.claimed`` event."""
+    def _claimed(
+        self, conn: Connection, row: Any, worker_id: str, outbox: list[OutboxRow], heads: dict[str, int]
+    ) -> dict[str, Any]:
+        """The document of a command just claimed (``row``: a row of :func:`_claim`), after its
+        ``command.claimed`` event; ``heads`` holds the stream versions this transaction appended up to."""
         tenant, org = self.tenant
-        document = self._document(conn, command_id)
+        command_id = int(row.command_id)
+        document = self._command_document(conn, row)
         stream = f"execution/{document['execution_id']}"
-        self.store.append_in(
+        sealed = self.store.append_in(
             conn,
             stream,
             [
@@ -96,7 +102,9 @@ class CommandAccess:
                 )
             ],
             outbox=outbox,
+            head=heads.get(stream, row.head),
         )
+        heads[stream] = sealed[-1].stream_version
         return document
 
     def _refusal(self, conn: Connection, command_id: int) -> NoetlError:
@@ -221,13 +229,22 @@ class CommandAccess:
 
 
 def _claim(which: str) -> TextClause:
-    """``issued → claimed`` for ``:worker`` of the command ``which`` names, while its execution lives."""
+    """``issued → claimed`` for ``:worker`` of the command ``which`` names, while its execution lives:
+    the claimed commands' document rows (as :meth:`CommandAccess._document` reads them), each with its
+    execution stream's version (``head``: the ``command.claimed`` event is sealed from it), in one
+    round trip."""
     return text(
-        "UPDATE command c SET status = 'claimed', worker_id = :worker, updated_at = now(), "
+        "WITH claimed AS (UPDATE command c SET status = 'claimed', worker_id = :worker, updated_at = now(), "
         "lease_expires_at = now() + make_interval(secs => :lease) "
         f"WHERE c.command_id {which} AND c.status = 'issued' AND EXISTS (SELECT 1 FROM execution e "
         "  WHERE e.execution_id = c.execution_id AND e.status NOT IN ('completed', 'failed', 'cancelled')) "
-        "RETURNING c.command_id"
+        "RETURNING c.*) "
+        "SELECT c.command_id, c.execution_id, c.kind, c.step, c.status, c.attempt, c.execution_pool, "
+        "c.worker_id, c.lease_expires_at, c.step_run_id, c.trace, c.args, c.iteration, c.item, "
+        "e.catalog_id, e.path, e.version, e.workload, e.ctx, e.meta -> 'parent_iter' AS parent_iter, l.mode, "
+        "(SELECT s.version FROM stream s WHERE s.stream_id = 'execution/' || c.execution_id) AS head "
+        "FROM claimed c JOIN execution e ON e.execution_id = c.execution_id "
+        "LEFT JOIN loop_run l ON l.step_run_id = c.step_run_id AND c.kind = 'iteration'"
     )
 
 

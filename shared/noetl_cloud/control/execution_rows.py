@@ -88,9 +88,11 @@ class ExecutionRows:
 
     def write(self, conn: Connection, turn: Turn) -> list[OutboxRow]:
         """Write one turn of an existing execution: state, the commands it ended, events, commands, loops,
-        notifications, in one statement after the stream head's bump (two round trips)."""
+        notifications, in one statement. With the stream's head read under the execution's lock
+        (``turn.head``) that is one round trip; when a claim appended to the stream since, the statement
+        writes nothing and the turn is written again after the head's bump (two round trips, as always
+        without a head)."""
         s = turn.state
-        ended = s.status in ENDED
         if s.status == "failed":  # not in the batch: one statement may not update a row twice
             conn.execute(
                 text(
@@ -99,6 +101,17 @@ class ExecutionRows:
                 ),
                 {"id": int(s.execution_id)},
             )
+        if turn.head is not None:
+            rows = self._write_batch(conn, turn, turn.head)
+            if rows is not None:
+                return rows
+        rows = self._write_batch(conn, turn, None)
+        assert rows is not None  # without a head the batch has no precondition
+        return rows
+
+    def _write_batch(self, conn: Connection, turn: Turn, head: int | None) -> list[OutboxRow] | None:
+        s = turn.state
+        ended = s.status in ENDED
         batch, rows = InsertBatch(), list[OutboxRow]()
         batch.statement(
             "UPDATE execution SET ctx = CAST(:ctx AS jsonb), results = CAST(:results AS jsonb), "
@@ -135,10 +148,9 @@ class ExecutionRows:
                 },
             )
         if turn.events:
-            self.store.append_to(conn, batch, turn.stream, turn.events, outbox=rows)
+            self.store.append_to(conn, batch, turn.stream, turn.events, outbox=rows, head=head)
         self.write_rows_to(batch, [turn], rows)
-        run_batch(conn, batch)
-        return rows
+        return rows if run_batch(conn, batch) else None
 
     @staticmethod
     def write_rows_to(batch: InsertBatch, turns: Sequence[Turn], outbox: list[OutboxRow]) -> None:

@@ -186,7 +186,8 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
         command_id = int(body.command_id)
         with self.engine.begin() as conn:
             state = self._lock_execution_of(conn, command_id)
-            cmd = self._lock_command(conn, command_id, state.pool, *self.tenant)
+            stream = f"execution/{state.execution_id}"
+            cmd = self._lock_command(conn, command_id, state.pool, *self.tenant, stream=stream)
             if cmd.status in ENDED:
                 return {"accepted": False, "duplicate": True, "execution_status": state.status}
             if (
@@ -208,6 +209,7 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
                     )
             was_open = not state.ended
             turn = Turn(self, state, self.plans_for(state.catalog_id or 0, conn=conn))
+            turn.head = cmd.head
             started = {"command_id": body.command_id, "worker_id": body.worker_id, "attempt": body.attempt}
             if body.started_at is not None:
                 started["started_at"] = body.started_at.isoformat()
@@ -278,12 +280,19 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
 
     @staticmethod
     def _lock_command(
-        conn: Connection, command_id: int, pool: str | None = None, tenant: str | None = None, org: str | None = None
+        conn: Connection,
+        command_id: int,
+        pool: str | None = None,
+        tenant: str | None = None,
+        org: str | None = None,
+        *,
+        stream: str | None = None,
     ) -> Any:
-        """Lock a command, with the number of its execution's open commands (``open_commands``) and
+        """Lock a command, with the number of its execution's open commands (``open_commands``),
         whether any command waits in ``pool`` (``queued``: the report's answer claims some for the
         worker's free slots only then, so a report with none waiting costs no claim transaction; false
-        without a pool).
+        without a pool) and the version of ``stream`` (``head``, not locked: the turn's write checks it
+        did not move; null without a stream).
 
         Called with the execution's row locked, and counted by this statement, not by the one that
         took that lock: a statement that waited for a row lock keeps the snapshot it started with, so a
@@ -298,10 +307,11 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
                 "(SELECT count(*) FROM command o WHERE o.execution_id = command.execution_id "
                 " AND o.status IN ('issued', 'claimed', 'started')) AS open_commands, "
                 "EXISTS (SELECT 1 FROM command q WHERE q.status = 'issued' AND q.tenant_id = :t "
-                " AND q.organization_id = :o AND q.execution_pool = :pool) AS queued "
+                " AND q.organization_id = :o AND q.execution_pool = :pool) AS queued, "
+                "(SELECT s.version FROM stream s WHERE s.stream_id = :stream) AS head "
                 "FROM command WHERE command_id = :id FOR UPDATE"
             ),
-            {"id": command_id, "pool": pool, "t": tenant, "o": org},
+            {"id": command_id, "pool": pool, "t": tenant, "o": org, "stream": stream},
         ).one()
 
     def _terminate(

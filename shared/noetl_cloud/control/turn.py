@@ -105,6 +105,7 @@ class Turn:
         self.state = state
         self.plans = plans
         self.stream = f"execution/{state.execution_id}"
+        self.head: int | None = None  # the stream's version read under the execution's lock, if it was
         self.events: list[EventEnvelope] = []
         self.commands: list[dict[str, Any]] = []
         self.notes: list[dict[str, Any]] = []

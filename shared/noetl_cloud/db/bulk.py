@@ -93,20 +93,31 @@ class InsertBatch:
     PostgreSQL runs every part to completion, all on one snapshot, and checks foreign keys at the end
     of the statement, so a part may reference rows another part inserts. An optional ``guard`` (a SQL
     boolean of the caller's code) is evaluated once, first: when it is false no part inserts anything
-    and :meth:`execute` answers false, so the caller can refresh what it assumed and try again.
-    Checks registered with :meth:`after` run once the statement has, in order (they raise on a
-    conflict, and the caller's transaction is rolled back).
+    and :meth:`execute` answers false, so the caller can refresh what it assumed and try again. A
+    :meth:`precondition` (an ``UPDATE`` that must change a row) joins the guard and then covers the
+    statements too. Checks registered with :meth:`after` run once the statement has, in order (they
+    raise on a conflict, and the caller's transaction is rolled back).
     """
 
     def __init__(self) -> None:
         self.parts: list[Part] = []
         self.statements: list[tuple[str, dict[str, Any]]] = []
+        self.condition: tuple[str, dict[str, Any]] | None = None
         self._after: list[Callable[[], None]] = []
 
     def statement(self, sql: str, params: dict[str, Any]) -> None:
         """Add an ``UPDATE``/``DELETE`` (a constant of the caller's code, named binds) to the statement,
-        run in a CTE of its own. Not with a ``guard``: the guard covers only the inserts."""
+        run in a CTE of its own. Not with a ``guard``: the guard covers only the inserts. With a
+        :meth:`precondition` it must end with its ``WHERE`` clause, which the precondition joins."""
         self.statements.append((sql, params))
+
+    def precondition(self, sql: str, params: dict[str, Any]) -> None:
+        """An ``UPDATE ... WHERE ...`` (a constant of the caller's code, named binds, no ``RETURNING``)
+        that must change at least one row for anything of the batch to be written: it runs first, and
+        when it changes nothing, no part inserts and no statement changes anything, and :meth:`execute`
+        answers false (an optimistic check, e.g. of a version read earlier in the transaction)."""
+        assert self.condition is None, "one precondition per batch"
+        self.condition = (sql, params)
 
     def insert(
         self,
@@ -138,13 +149,18 @@ class InsertBatch:
     def execute(self, conn: Connection, *, guard: str = "TRUE", params: dict[str, Any] | None = None) -> bool:
         """Run every part in one statement; false (and nothing written) when ``guard`` was false."""
         assert guard == "TRUE" or not self.statements, "a guarded batch holds inserts only"
-        if self.parts or self.statements:
+        if self.parts or self.statements or self.condition is not None:
             shape = tuple(self._shape(p) for p in self.parts)
             values = {f"r{i}": _rows_json(p.rows) for i, p in enumerate(self.parts)}
             for i, (_sql, given) in enumerate(self.statements):
                 values.update({f"s{i}_{name}": value for name, value in given.items()})
             sqls = tuple(sql for sql, _params in self.statements)
-            row = conn.execute(_batch_statement(shape, sqls, guard), {**values, **(params or {})}).one()
+            condition = None
+            if self.condition is not None:
+                condition = self.condition[0]
+                values.update({f"p_{name}": value for name, value in self.condition[1].items()})
+            statement = _batch_statement(shape, sqls, guard, condition)
+            row = conn.execute(statement, {**values, **(params or {})}).one()
             if not row[0]:
                 return False
             for part, returned in zip(self.parts, row[1:], strict=True):
@@ -168,10 +184,21 @@ _BIND = re.compile(r"(?<![:\w]):(\w+)")
 
 
 @lru_cache(maxsize=256)
-def _batch_statement(shape: tuple[_Shape, ...], statements: tuple[str, ...], guard: str) -> Any:
-    ctes = [f"g AS (SELECT ({guard}) AS ok)"]
+def _batch_statement(
+    shape: tuple[_Shape, ...], statements: tuple[str, ...], guard: str, condition: str | None = None
+) -> Any:
+    if condition is None:
+        ctes = [f"g AS (SELECT ({guard}) AS ok)"]
+    else:
+        renamed = _BIND.sub(":p_" + r"\1", condition)
+        ctes = [
+            f"p AS ({renamed} RETURNING 1)",
+            f"g AS (SELECT (({guard}) AND EXISTS (SELECT 1 FROM p)) AS ok)",
+        ]
     for i, sql in enumerate(statements):
         renamed = _BIND.sub(f":s{i}_" + r"\1", sql)
+        if condition is not None:  # each statement ends with its WHERE clause (InsertBatch.statement)
+            renamed += " AND (SELECT ok FROM g)"
         ctes.append(f"s{i} AS ({renamed})")
     outputs = ["(SELECT ok FROM g)"]
     for i, (table, columns, suffix, returning, depends) in enumerate(shape):
