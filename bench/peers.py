@@ -13,7 +13,9 @@ every figure is the median of the rounds. The paths:
       against procrastinate tasks that each defer the next, run by procrastinate workers with the
       concurrency of our worker role;
   (d) an HMAC-signed webhook to durable work: our ingress role forwarding to execute, against the
-      Flask app verifying the HMAC and deferring.
+      Flask app verifying the HMAC and deferring. Every delivery is a body never sent before (a
+      counter in it), signed as it is sent, on both sides: the ingress answers a body it already
+      took ``duplicate`` (replay protection), which would measure the replay path instead.
 
 Beside each rate, the CPU per item (utime + stime from /proc) of the side's server process groups,
 of the PostgreSQL backends connected to its database, and (ours) of the Pub/Sub emulator, a private
@@ -32,8 +34,10 @@ import argparse
 import hashlib
 import hmac
 import importlib.util
+import itertools
 import json
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -42,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from noetl_cloud.local.stack import LocalStack
-from peers_common import Chain, Processes, Window, drop_database, median, percentile
+from peers_common import Chain, Processes, Signer, Window, drop_database, median, percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 PATHS = {"a": "start", "b": "batch", "c": "chain", "d": "webhook"}
@@ -55,8 +59,20 @@ TITLES = {
 UNITS = {"a": "executions/s", "b": "executions/s", "d": "webhooks/s"}
 LOAD, ALONE = 200, 20
 SECRET = "bench-secret"  # noqa: S105 - the benchmark's own throwaway webhook secret
-BODY = json.dumps({"event": "order.created", "order": {"id": 42, "items": [1, 2, 3]}}).encode()
-SIGNATURE = hmac.new(SECRET.encode(), BODY, hashlib.sha256).hexdigest()
+
+
+def signer() -> Signer:
+    """Signed webhook deliveries, each body unique (a counter in it): the ingress keys replay
+    protection on an HMAC body's digest, so one body posted again would be answered ``duplicate``
+    and run nothing. Both sides sign (and verify) every delivery: the same work per request."""
+    run, counter = secrets.token_hex(4), itertools.count()  # unique across rounds too (one replay window)
+
+    def sign() -> tuple[bytes, str]:
+        order = {"id": f"{run}-{next(counter)}", "items": [1, 2, 3]}
+        body = json.dumps({"event": "order.created", "order": order}).encode()
+        return body, hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+
+    return sign
 
 
 def stack_env() -> dict[str, str]:
@@ -74,7 +90,7 @@ def measure(side: Any, path: str, seconds: float) -> Window | Chain:
         return side.batch(seconds)
     if path == "c":
         return side.chain(LOAD, ALONE)
-    return side.webhook(seconds, BODY, SIGNATURE)
+    return side.webhook(seconds, signer())
 
 
 def progress(path: str, round_: int, rounds: int, side: str, got: Window | Chain) -> None:

@@ -271,6 +271,7 @@ class Chain:
 
 
 Send = Callable[[], tuple[str, int]]  # one request: (status, items it started)
+Signer = Callable[[], tuple[bytes, str]]  # the next signed webhook delivery: (a body never sent before, its HMAC)
 
 
 def drive(send: Send, clients: int, seconds: float) -> Window:

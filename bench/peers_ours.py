@@ -39,6 +39,7 @@ from peers_common import (
     PgBackends,
     Processes,
     Send,
+    Signer,
     Window,
     column,
     connect,
@@ -235,8 +236,7 @@ class Ours:
 
             return self._window(send, groups, seconds)
 
-    def webhook(self, seconds: float, body: bytes, signature: str) -> Window:
-        headers = {"X-Signature": signature, "Content-Type": "application/json"}
+    def webhook(self, seconds: float, sign: Signer) -> Window:
         with self.roles("ingress") as groups:
             api = Client(PORTS["execute"], size=1)
             view = api.post("/api/subscriptions/register", b'{"path": "subscriptions/bench"}', self.auth).json()
@@ -246,7 +246,10 @@ class Ours:
             client = Client(PORTS["ingress"])
 
             def send() -> tuple[str, int]:
-                answer = client.post("/ingress/bench", body, headers)
+                body, signature = sign()
+                answer = client.post(
+                    "/ingress/bench", body, {"X-Signature": signature, "Content-Type": "application/json"}
+                )
                 return str(answer.status), int(answer.status == 202)
 
             return self._window(send, groups, seconds)

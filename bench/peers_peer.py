@@ -29,6 +29,7 @@ from peers_common import (
     PgBackends,
     Processes,
     Send,
+    Signer,
     Window,
     column,
     connect,
@@ -150,13 +151,13 @@ class Peer:
 
             return self._window(send, [pgid], seconds)
 
-    def webhook(self, seconds: float, body: bytes, signature: str) -> Window:
-        headers = {"X-Signature": signature, **JSON}
+    def webhook(self, seconds: float, sign: Signer) -> Window:
         with self.web() as pgid:
             client = Client(PORT)
 
             def send() -> tuple[str, int]:
-                answer = client.post("/webhook/bench", body, headers)
+                body, signature = sign()
+                answer = client.post("/webhook/bench", body, {"X-Signature": signature, **JSON})
                 return str(answer.status), int(answer.status == 202)
 
             return self._window(send, [pgid], seconds)

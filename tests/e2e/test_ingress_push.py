@@ -152,6 +152,9 @@ def stack(
         "NOETL_COMMAND_TOPIC_PREFIX": topic_prefix,
         "NOETL_EVENTS_TOPIC": events_topic_for(topic_prefix),
         "NOETL_POOLS": "shared,iot",
+        # Replay windows of this test's own: every scheme keys {"n": 0..5} on the same listener's body
+        # digest (or webhook id), so a run of another scheme within the window must not answer duplicate.
+        "NOETL_KV_COLLECTION": f"push-{secrets.token_hex(4)}",
         "NOETL_SECRET_HMAC_SECRET": HMAC_SECRET,
         "NOETL_SECRET_SW_SECRET": SW_SECRET,
         "NOETL_SECRET_STRIPE_SECRET": STRIPE_SECRET,

@@ -43,7 +43,7 @@ from noetl_cloud.ingress.outcomes import (
     RateLimited,
 )
 from noetl_cloud.ingress.push import BadMessage, PushMessage, pubsub_message, webhook_message
-from noetl_cloud.ingress.replay import body_digest, replay_id
+from noetl_cloud.ingress.replay import ReplayPolicy, body_digest, replay_id
 from noetl_cloud.ingress.verify import Rejection, VerifiedIdentity, VerifyConfig, credential_headers, verify
 from noetl_cloud.kv.port import KeyValueStore
 from noetl_cloud.observability import Counters
@@ -127,12 +127,13 @@ class IngressService:
         self.counters.inc("ingress_received", listener=listener)
         try:
             verify_cfg = VerifyConfig.from_mapping(config.get("verify") or {})
+            policy = ReplayPolicy.from_mapping(config.get("verify") or {})
             with telemetry.span("ingress.verify", {"noetl.verify.type": verify_cfg.type}):
                 identity = self._verify(listener, config, verify_cfg, body, header_pairs, query or {})
         except ConfigError as exc:  # the operator's problem: logged in full, the sender told nothing of it
             log.error("listener %s is misconfigured: %s", listener, exc.message, extra={"error_code": exc.code})
             raise ListenerMisconfigured() from None
-        replayed_as = replay_id(verify_cfg.type, config.get("source"), identity.message_id, body, header_pairs)
+        replayed_as = replay_id(verify_cfg.type, config.get("source"), identity.message_id, body, header_pairs, policy)
         if replayed_as != identity.message_id:
             identity = dataclasses.replace(identity, message_id=replayed_as)
         self._limit(listener, config)
@@ -149,7 +150,7 @@ class IngressService:
                 self._release(claim)
             raise
         if claim is not None:
-            self._record_accepted(claim, config, outcome)
+            self._record_accepted(claim, policy.window_s, outcome)
         return outcome
 
     def _release(self, claim: tuple[str, int]) -> None:
@@ -159,11 +160,10 @@ class IngressService:
         except NoetlError:  # the claim expires on its own; the original failure is what matters
             log.warning("delivery claim not released", extra={"key": claim[0]})
 
-    def _record_accepted(self, claim: tuple[str, int], config: dict[str, Any], outcome: Outcome) -> None:
-        """Remember the id as accepted. Best effort: the delivery itself already succeeded, so a
-        claim that expired during a slow forward (or a coordination store outage) must not turn it
-        into an error; the control plane's dedup window is the second line."""
-        ttl = float((config.get("verify") or {}).get("tolerance_s") or 300) + 60.0
+    def _record_accepted(self, claim: tuple[str, int], ttl: float, outcome: Outcome) -> None:
+        """Remember the id as accepted for the listener's replay window. Best effort: the delivery
+        itself already succeeded, so a claim that expired during a slow forward (or a coordination
+        store outage) must not turn it into an error; the control plane's dedup window is the second line."""
         try:
             self.kv.compare_and_set(
                 claim[0],

@@ -53,6 +53,10 @@ Controls = Literal[
 
 #: Verifiers that check a shared secret, resolved from the Wallet by alias.
 SECRET_VERIFIERS = frozenset({"hmac_sha256", "github", "stripe", "standard_webhooks", "bearer"})
+#: Verifiers whose replay key is the body digest and may be switched off (``verify.replay: none``).
+DIGEST_REPLAY_VERIFIERS = frozenset({"hmac_sha256", "bearer"})
+#: Verifiers that sign a timestamp: ``tolerance_s`` bounds their replay window.
+TIMESTAMP_VERIFIERS = frozenset({"stripe", "standard_webhooks"})
 #: Which sources can deliver in which mode: push is an HTTP delivery (Pub/Sub push, a webhook).
 SOURCE_MODES: dict[str, frozenset[str]] = {
     "pubsub": frozenset({"pull", "push"}),
@@ -101,6 +105,10 @@ class Verify(SpecModel):
     # bearer only: read the token from this URL query parameter instead of a header, for push
     # sources that cannot send headers (Pub/Sub push without OIDC: ``https://.../ingress/x?token=...``).
     query_param: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    # Replay protection (docs/security.md): hmac_sha256 and bearer webhooks key a replay on the body
+    # digest unless ``replay: none``; schemes without a signed timestamp keep it ``replay_window_s``.
+    replay: Literal["body_digest", "none"] | None = None
+    replay_window_s: int | None = Field(default=None, ge=1, le=7 * 86_400)
 
 
 class RateLimit(SpecModel):
@@ -277,6 +285,28 @@ def _ingress_problems(spec: SubscriptionSpec) -> list[InitErrorDetails]:
         for name in ("audience", "service_account"):
             if getattr(verify, name) is None:
                 problems.append(rule((*at, name), "missing", f"pubsub_oidc needs {name}"))
+    return problems + _replay_problems(spec.source, verify)
+
+
+def _replay_problems(source: str, verify: Verify) -> list[InitErrorDetails]:
+    """``replay`` only where the body digest is the replay key; ``replay_window_s`` only where no
+    signed timestamp sets the window (and where a window is kept at all)."""
+    at = ("ingress", "verify")
+    problems: list[InitErrorDetails] = []
+    if verify.replay is not None and (source != "webhook" or verify.type not in DIGEST_REPLAY_VERIFIERS):
+        message = (
+            "replay applies to webhook listeners verified by hmac_sha256 or bearer (their replay key is the "
+            f"body digest); a {source} {verify.type} delivery is kept from running twice by "
+            + ("its messageId" if source == "pubsub" else "what its signature covers")
+        )
+        problems.append(rule((*at, "replay"), "replay_not_applicable", message))
+    if verify.replay_window_s is not None:
+        if verify.type in TIMESTAMP_VERIFIERS:
+            message = f"{verify.type} signs a timestamp: tolerance_s bounds its replay window, not replay_window_s"
+            problems.append(rule((*at, "replay_window_s"), "replay_window_not_applicable", message))
+        elif verify.replay == "none":
+            message = "replay: none keeps no replay window; drop replay_window_s or the opt-out"
+            problems.append(rule((*at, "replay_window_s"), "replay_window_not_applicable", message))
     return problems
 
 
