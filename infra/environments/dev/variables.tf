@@ -90,3 +90,20 @@ variable "scheduled_subscriptions" {
   }))
   default = {}
 }
+
+variable "notification_channels" {
+  description = "Cloud Monitoring notification channels every alert policy notifies (projects/<p>/notificationChannels/<n>); empty = incidents in the console only."
+  type        = list(string)
+  default     = []
+}
+
+variable "build_trigger" {
+  description = "The repository and branch the Cloud Build trigger watches (see modules/stack); null = no trigger."
+  type = object({
+    repository   = optional(string)
+    github_owner = optional(string)
+    github_name  = optional(string)
+    branch       = optional(string, "^main$")
+  })
+  default = null
+}

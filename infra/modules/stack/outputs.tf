@@ -72,3 +72,13 @@ output "sizing" {
     db_connections                     = module.sizing.db_connections
   }
 }
+
+output "alert_policies" {
+  description = "Resource name of each alert policy (modules/monitoring)."
+  value       = module.monitoring.alert_policies
+}
+
+output "build_trigger" {
+  description = "The Cloud Build trigger's id and location (null without var.build_trigger)."
+  value       = try({ id = module.build_trigger[0].id, location = module.build_trigger[0].location }, null)
+}

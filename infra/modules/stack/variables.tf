@@ -312,3 +312,30 @@ variable "labels" {
   type        = map(string)
   default     = {}
 }
+
+variable "alerts" {
+  description = "The alert policies (modules/monitoring, docs/deploy.md Alerts): the notification channels every policy notifies (projects/<p>/notificationChannels/<n>; none = incidents in the console only) and the thresholds (null = the module's defaults)."
+  type = object({
+    notification_channels = optional(list(string), [])
+    thresholds = optional(object({
+      dead_letter_messages   = optional(number)
+      error_ratio            = optional(number)
+      connection_ratio       = optional(number)
+      duration_seconds       = optional(number)
+      runtime_silent_seconds = optional(number)
+    }), {})
+  })
+  nullable = false
+  default  = {}
+}
+
+variable "build_trigger" {
+  description = "The Cloud Build trigger (modules/build_trigger): the repository it watches (a 2nd-gen repository id, or github_owner and github_name of a repository connected through the Cloud Build GitHub app) and the branch regex; null = no trigger (builds run by gcloud builds submit)."
+  type = object({
+    repository   = optional(string)
+    github_owner = optional(string)
+    github_name  = optional(string)
+    branch       = optional(string, "^main$")
+  })
+  default = null
+}
