@@ -37,6 +37,7 @@ variable "roles" {
       secret  = string
       version = optional(string, "latest")
     })), {})
+    deployable = optional(string, "run")
   }))
   default = null
 }
