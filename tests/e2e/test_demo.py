@@ -18,10 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.demo.fixture import orders_of
-from noetl_cloud.demo.setup import LISTENERS, PLAYBOOK_PATH, RUNTIME_SUBSCRIPTION, demo_database_url
+from noetl_cloud.demo.setup import (
+    DEMO_LOGIN,
+    KEYCHAIN_ALIAS,
+    LISTENERS,
+    PLAYBOOK_PATH,
+    RUNTIME_SUBSCRIPTION,
+    demo_database_url,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 WEBHOOKS, MESSAGES, SPOOLED = 1, 2, 1
@@ -133,6 +141,34 @@ def test_the_demo_runs_every_path_and_its_summary_is_what_the_database_holds(loc
     )
     assert verified.returncode == 0, verified.stderr
     assert json.loads(verified.stdout)["ok"] is True
+
+    # The credential (issue #22 item 7): the playbook names `pg_demo`; the worker read the password from
+    # the wallet entry keychain-pg_demo, and it is in no row of the control plane, no role's log and no
+    # output of the demo; the orders were saved by that login, so the alias did resolve.
+    state = Path(env["NOETL_LOCAL_STATE_DIR"])
+    entry = json.loads((state / "secrets" / f"keychain-{KEYCHAIN_ALIAS}").read_text())
+    password = make_url(entry["dsn"]).password
+    assert password and len(password) >= 32 and make_url(entry["dsn"]).username == DEMO_LOGIN
+    tables = [
+        r[0]
+        for r in _sql(
+            database,
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition",
+        )
+    ]
+    assert {"event", "command", "execution", "outbox", "projection", "catalog", "frame"} <= set(tables)
+    for table in tables:  # every row of every table of the control plane (partitions through their parent)
+        found = _sql(database, f'SELECT count(*) FROM "{table}" t WHERE strpos(t::text, :p) > 0', p=password)
+        assert found == [(0,)], table
+    registered = _sql(
+        database, "SELECT t::text FROM catalog t WHERE path = :p ORDER BY version DESC LIMIT 1", p=PLAYBOOK_PATH
+    )
+    assert f"auth: {KEYCHAIN_ALIAS}" in registered[0][0] and "postgresql://" not in registered[0][0]
+    logs = [path for path in (state / "logs").iterdir() if path.is_file()]
+    assert any((state / "logs" / "worker.log") == path for path in logs)
+    assert not [path.name for path in logs if password in path.read_text(errors="replace")]
+    assert password not in done.stdout and password not in done.stderr
 
 
 def _stack_env(env: dict[str, str]) -> dict[str, str]:

@@ -66,7 +66,7 @@ def test_batches_differ_in_their_orders_and_each_batch_is_stable() -> None:
 
 
 def test_the_package_data_is_a_valid_playbook_and_valid_subscriptions_of_it() -> None:
-    content = setup.playbook_content(run="r1", api_url="http://127.0.0.1:1", dsn="postgresql://u:p@h:1/d")
+    content = setup.playbook_content(run="r1", api_url="http://127.0.0.1:1")
     playbook = PlaybookDoc.model_validate(yaml.safe_load(content))
     assert playbook.metadata.catalog_path == setup.PLAYBOOK_PATH
     assert playbook.workload["api_url"] == "http://127.0.0.1:1" and playbook.workload["run"] == "r1"
@@ -79,6 +79,18 @@ def test_the_package_data_is_a_valid_playbook_and_valid_subscriptions_of_it() ->
     pull = SubscriptionDoc.model_validate(yaml.safe_load(setup.resource("pubsub.subscription.yaml")))
     assert (pull.path, pull.spec.mode, pull.spec.activation) == (setup.RUNTIME_SUBSCRIPTION, "pull", "continuous")
     assert pull.spec.subscription == setup.PUBSUB_SUBSCRIPTION
+
+
+def test_the_playbook_names_its_database_by_keychain_alias_only() -> None:
+    doc = yaml.safe_load(setup.playbook_content(run="r1", api_url="http://127.0.0.1:1"))
+    assert doc["keychain"] == [{"name": setup.KEYCHAIN_ALIAS, "kind": "postgres"}]
+    assert set(doc["workload"]) == {"run", "api_url", "page_size"}  # no DSN, no credential
+    tasks = [task for step in doc["workflow"] for item in step.get("tool") or [] for task in item.values()]
+    cursor = next(step["loop"]["cursor"] for step in doc["workflow"] if "loop" in step)
+    postgres = [task for task in tasks if task["kind"] == "postgres"] + [cursor]
+    assert len(postgres) == 3 and all(task["auth"] == setup.KEYCHAIN_ALIAS for task in postgres)
+    assert not any(task["kind"] == "python" for task in tasks)
+    assert "dsn" not in json.dumps(doc).lower() and "postgresql://" not in json.dumps(doc)
 
 
 def test_secrets_are_made_once_and_kept_private(tmp_path: Any) -> None:

@@ -139,9 +139,17 @@ def _stack_locals() -> dict[str, Any]:
 def test_every_role_has_a_cloud_run_service_and_its_own_service_account() -> None:
     service = _module_calls(STACK / "main.tf")["service"]
     assert service["source"] == "../cloud_run_service"
-    assert service["for_each"] == "${local.services}"
+    assert service["for_each"] == "${local.run_services}"
     assert service["role"] == "${each.value.role}"
     assert service["service_account_email"] == "${module.iam.role_emails[each.value.role]}"
+    # Each service is a Cloud Run service or (roles[*].deployable = "function") a 2nd-gen function:
+    # the two maps split local.services, with the same identity per role.
+    function = _module_calls(STACK / "functions.tf")["function"]
+    assert function["source"] == "../cloud_function" and function["for_each"] == "${local.function_services}"
+    assert function["service_account_email"] == service["service_account_email"]
+    split = {k: v for b in _parse(STACK / "functions.tf")["locals"] for k, v in b.items()}
+    assert 'if var.roles[s.role].deployable == "run"}' in split["run_services"]
+    assert 'if var.roles[s.role].deployable == "function"}' in split["function_services"]
     # local.services: a service per role, except worker (one per pool) and subscription_runtime (one
     # per runtime subscription), each named after its role.
     text = (STACK / "main.tf").read_text()
@@ -235,17 +243,21 @@ def test_only_ingress_is_public() -> None:
         for path, rtype, name, body in _all_resources()
         if body.get("member") == "allUsers" or "allUsers" in body.get("members", [])
     ]
-    assert len(public) == 1, public
-    path, rtype, _name, body = public[0]
-    assert path == MODULES / "cloud_run_service" / "main.tf"
-    assert rtype == "google_cloud_run_v2_service_iam_member"
-    assert body["count"] == "${var.allow_unauthenticated ? 1 : 0}"
+    # One public grant per deployable of a role: the Cloud Run service's, and the function's (a
+    # 2nd-gen function is invoked through the Cloud Run service it runs as).
+    assert sorted(path.parent.name for path, *_rest in public) == ["cloud_function", "cloud_run_service"], public
+    for _path, rtype, _name, body in public:
+        assert rtype == "google_cloud_run_v2_service_iam_member"
+        assert body["count"] == "${var.allow_unauthenticated ? 1 : 0}"
     assert "allAuthenticatedUsers" not in "".join(p.read_text() for p in TF_FILES)
-    # The one caller of the module sets allow_unauthenticated for ingress and nothing else.
+    # The one caller of each module sets allow_unauthenticated for ingress and nothing else.
     callers = [
-        call for path in TF_FILES for call in _module_calls(path).values() if call["source"] == "../cloud_run_service"
+        call
+        for path in TF_FILES
+        for call in _module_calls(path).values()
+        if call["source"] in ("../cloud_run_service", "../cloud_function")
     ]
-    assert [c["allow_unauthenticated"] for c in callers] == ['${each.value.role == "ingress"}']
+    assert [c["allow_unauthenticated"] for c in callers] == ['${each.value.role == "ingress"}'] * 2
 
 
 def test_push_identity_invokes_only_worker_and_projector() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from noetl_cloud.spool import events as ev
-from noetl_cloud.spool.drain import lease_name, replay_request
+from noetl_cloud.spool.drain import DEAD_LETTERED_LOG, lease_name, replay_request
 from noetl_cloud.spool.policy import GLOBAL_LANE
 from tests.unit.spool_support import SUB, World, world
 
@@ -100,7 +100,9 @@ def test_a_lane_leased_by_another_drainer_is_left_alone() -> None:
     assert w.engine.backlog(SUB)  # lane a still waits
 
 
-def test_a_poison_item_is_dead_lettered_after_max_replay_attempts_and_its_per_key_lane_continues() -> None:
+def test_a_poison_item_is_dead_lettered_after_max_replay_attempts_and_its_per_key_lane_continues(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     w = world()
     target = w.target(drain={"max_replay_attempts": 3})
     for n in range(3):
@@ -115,6 +117,9 @@ def test_a_poison_item_is_dead_lettered_after_max_replay_attempts_and_its_per_ke
     assert (item.message_id, item.attempts, item.dlq_reason) == ("m1", 3, "max_replay_attempts")
     (event,) = w.sink.of_type(ev.DEAD_LETTERED)
     assert event.payload["reason"] == "max_replay_attempts" and event.payload["attempts"] == 3
+    # The one log line the dead-letter alert policy matches (infra/modules/monitoring).
+    (line,) = [r for r in caplog.records if r.getMessage() == DEAD_LETTERED_LOG]
+    assert (line.levelname, line.subscription, line.reason) == ("WARNING", SUB, "max_replay_attempts")  # type: ignore[attr-defined]
 
 
 def test_a_poison_item_under_global_ordering_halts_the_drain_until_an_operator_resumes() -> None:

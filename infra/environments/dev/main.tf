@@ -33,6 +33,11 @@ module "noetl" {
   operators               = var.operators
   scheduled_subscriptions = var.scheduled_subscriptions
   scheduled_sources       = var.scheduled_sources
+  build_trigger           = var.build_trigger
+
+  alerts = {
+    notification_channels = var.notification_channels
+  }
 
   tenant = {
     log_level = "DEBUG"

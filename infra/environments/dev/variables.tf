@@ -37,6 +37,7 @@ variable "roles" {
       secret  = string
       version = optional(string, "latest")
     })), {})
+    deployable = optional(string, "run")
   }))
   default = null
 }
@@ -89,4 +90,21 @@ variable "scheduled_subscriptions" {
     time_zone = optional(string, "Etc/UTC")
   }))
   default = {}
+}
+
+variable "notification_channels" {
+  description = "Cloud Monitoring notification channels every alert policy notifies (projects/<p>/notificationChannels/<n>); empty = incidents in the console only."
+  type        = list(string)
+  default     = []
+}
+
+variable "build_trigger" {
+  description = "The repository and branch the Cloud Build trigger watches (see modules/stack); null = no trigger."
+  type = object({
+    repository   = optional(string)
+    github_owner = optional(string)
+    github_name  = optional(string)
+    branch       = optional(string, "^main$")
+  })
+  default = null
 }

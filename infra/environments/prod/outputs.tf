@@ -37,3 +37,13 @@ output "sizing" {
   description = "Threads, ack and attempt deadlines and the Cloud SQL connection budget derived from the roles map (docs/deploy.md, Sizing)."
   value       = module.noetl.sizing
 }
+
+output "alert_policies" {
+  description = "Resource name of each alert policy."
+  value       = module.noetl.alert_policies
+}
+
+output "build_trigger" {
+  description = "The Cloud Build trigger's id and location (null without build_trigger)."
+  value       = module.noetl.build_trigger
+}

@@ -37,6 +37,7 @@ variable "roles" {
       secret  = string
       version = optional(string, "latest")
     })), {})
+    deployable = optional(string, "run")
   }))
   default = null
 }
@@ -99,4 +100,21 @@ variable "private_network" {
 variable "vpc_subnetwork" {
   description = "Subnetwork of that VPC the control-plane services egress through (Direct VPC egress)."
   type        = string
+}
+
+variable "notification_channels" {
+  description = "Cloud Monitoring notification channels every alert policy notifies (projects/<p>/notificationChannels/<n>); empty = incidents in the console only."
+  type        = list(string)
+  default     = []
+}
+
+variable "build_trigger" {
+  description = "The repository and branch the Cloud Build trigger watches (see modules/stack); null = no trigger."
+  type = object({
+    repository   = optional(string)
+    github_owner = optional(string)
+    github_name  = optional(string)
+    branch       = optional(string, "^main$")
+  })
+  default = null
 }

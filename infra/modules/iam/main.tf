@@ -1,6 +1,6 @@
 locals {
   # Who holds what (docs/deploy.md explains each grant). Filtered to the roles deployed.
-  control_plane   = setintersection(var.roles, ["execute", "frames", "projector"])
+  control_plane = setintersection(var.roles, ["execute", "frames", "projector"])
   # execute: the downstream circuits of subscriptions, fed by the executions it ends (docs/spool.md).
   firestore_users = setintersection(var.roles, ["execute", "ingress", "spool_drainer", "subscription_runtime"])
   spool_users     = setintersection(var.roles, ["ingress", "spool_drainer", "subscription_runtime"])

@@ -75,6 +75,7 @@ locals {
   apis = toset([
     "artifactregistry.googleapis.com",
     "cloudbuild.googleapis.com",
+    "cloudfunctions.googleapis.com",
     "cloudscheduler.googleapis.com",
     "cloudtrace.googleapis.com",
     "firestore.googleapis.com",
@@ -524,9 +525,10 @@ module "firestore" {
   depends_on = [google_project_service.this]
 }
 
+# Every service of a role deployed on Cloud Run (the default; functions.tf has the others).
 module "service" {
   source   = "../cloud_run_service"
-  for_each = local.services
+  for_each = local.run_services
 
   project_id            = var.project_id
   region                = var.region
@@ -659,5 +661,5 @@ module "scheduler" {
   service_account_email = module.iam.scheduler_email
   jobs                  = local.scheduler_jobs
 
-  depends_on = [google_project_service.this, module.service]
+  depends_on = [google_project_service.this, module.service, module.function]
 }

@@ -14,7 +14,7 @@ output "execute_url" {
 }
 
 output "service_names" {
-  description = "Cloud Run service name of each service, keyed as service_urls."
+  description = "Cloud Run service name of each service, keyed as service_urls (a role deployed as a function runs as the Cloud Run service of the function's name)."
   value       = { for k, svc in local.services : k => svc.name }
 }
 
@@ -71,4 +71,19 @@ output "sizing" {
     scheduler_attempt_deadline_seconds = module.sizing.scheduler_attempt_deadline_seconds
     db_connections                     = module.sizing.db_connections
   }
+}
+
+output "alert_policies" {
+  description = "Resource name of each alert policy (modules/monitoring)."
+  value       = module.monitoring.alert_policies
+}
+
+output "build_trigger" {
+  description = "The Cloud Build trigger's id and location (null without var.build_trigger)."
+  value       = try({ id = module.build_trigger[0].id, location = module.build_trigger[0].location }, null)
+}
+
+output "functions" {
+  description = "The roles deployed as 2nd-gen Cloud Functions: function name, keyed as service_urls (their URL is the service_urls one)."
+  value       = { for k, f in module.function : k => f.name }
 }

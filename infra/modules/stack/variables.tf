@@ -32,7 +32,7 @@ variable "image" {
 }
 
 variable "roles" {
-  description = "The roles to deploy, keyed by role name, with their Cloud Run sizing and (control plane) database pool; GUNICORN_THREADS, the push ack deadlines, the scheduler attempt deadlines and the connection budget are derived from it (modules/sizing, docs/deploy.md Sizing). Every role by default; a role left out gets no service, no service account and no grants. worker runs one service per pool (var.pools) and subscription_runtime one per entry of var.runtime_subscriptions, each with the role's sizing."
+  description = "The roles to deploy, keyed by role name, with their Cloud Run sizing and (control plane) database pool; GUNICORN_THREADS, the push ack deadlines, the scheduler attempt deadlines and the connection budget are derived from it (modules/sizing, docs/deploy.md Sizing). deployable: run (a Cloud Run service from the image) or function (a 2nd-gen Cloud Function from the same source, HTTP roles only: docs/deploy.md Cloud Functions). Every role by default; a role left out gets no service, no service account and no grants. worker runs one service per pool (var.pools) and subscription_runtime one per entry of var.runtime_subscriptions, each with the role's sizing."
   type = map(object({
     min_instances   = optional(number, 0)
     max_instances   = optional(number, 10)
@@ -49,6 +49,7 @@ variable "roles" {
       secret  = string
       version = optional(string, "latest")
     })), {})
+    deployable = optional(string, "run")
   }))
   nullable = false
   default = {
@@ -110,6 +111,16 @@ variable "roles" {
   validation {
     condition     = alltrue([for r in values(var.roles) : length(setintersection(keys(r.env), ["GUNICORN_THREADS", "NOETL_DB_POOL_SIZE", "NOETL_DB_MAX_OVERFLOW"])) == 0])
     error_message = "GUNICORN_THREADS, NOETL_DB_POOL_SIZE and NOETL_DB_MAX_OVERFLOW are derived from concurrency, db_pool_size and db_max_overflow (modules/sizing): set those instead of env."
+  }
+
+  validation {
+    condition     = alltrue([for r, v in var.roles : contains(["run", "function"], v.deployable) && (v.deployable == "run" || r != "subscription_runtime")])
+    error_message = "deployable is run or function; subscription_runtime is a pull consumer, not an HTTP function: run (docs/deploy.md, Cloud Functions)."
+  }
+
+  validation {
+    condition     = alltrue([for r, v in var.roles : v.deployable == "run" || v.cpu_idle])
+    error_message = "A Cloud Function's CPU is throttled between requests: a role deployed as a function needs cpu_idle = true (execute and frames then need env NOETL_OUTBOX_PUBLISH = \"inline\")."
   }
 
   validation {
@@ -311,4 +322,41 @@ variable "labels" {
   description = "Labels of every labelled resource."
   type        = map(string)
   default     = {}
+}
+
+variable "alerts" {
+  description = "The alert policies (modules/monitoring, docs/deploy.md Alerts): the notification channels every policy notifies (projects/<p>/notificationChannels/<n>; none = incidents in the console only) and the thresholds (null = the module's defaults)."
+  type = object({
+    notification_channels = optional(list(string), [])
+    thresholds = optional(object({
+      dead_letter_messages   = optional(number)
+      error_ratio            = optional(number)
+      connection_ratio       = optional(number)
+      duration_seconds       = optional(number)
+      runtime_silent_seconds = optional(number)
+    }), {})
+  })
+  nullable = false
+  default  = {}
+}
+
+variable "build_trigger" {
+  description = "The Cloud Build trigger (modules/build_trigger): the repository it watches (a 2nd-gen repository id, or github_owner and github_name of a repository connected through the Cloud Build GitHub app) and the branch regex; null = no trigger (builds run by gcloud builds submit)."
+  type = object({
+    repository   = optional(string)
+    github_owner = optional(string)
+    github_name  = optional(string)
+    branch       = optional(string, "^main$")
+  })
+  default = null
+}
+
+variable "functions" {
+  description = "What the roles deployed as Cloud Functions (roles[*].deployable = \"function\") share: the runtime (the image's Python), and a Serverless VPC Access connector for private egress (functions have no Direct VPC egress; needed for a private-IP Cloud SQL)."
+  type = object({
+    runtime       = optional(string, "python311")
+    vpc_connector = optional(string)
+  })
+  nullable = false
+  default  = {}
 }

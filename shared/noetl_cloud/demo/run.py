@@ -124,9 +124,7 @@ class Demo:
     def run(self, fixture: FixtureApi) -> dict[str, Any]:
         started = time.monotonic()
         self._current, self._mark = "setup", started
-        registered = setup.register(
-            self.api, setup.playbook_content(run=self.run_id, api_url=fixture.url, dsn=self.demo_dsn)
-        )
+        registered = setup.register(self.api, setup.playbook_content(run=self.run_id, api_url=fixture.url))
         self.version = int(registered["version"])
         self.say(f"run {self.run_id}: {setup.PLAYBOOK_PATH} v{self.version} pages through {fixture.url}/orders")
         self._wait_runtime_ready()

@@ -2,8 +2,10 @@
 
 `noetl-cloud local up --roles all` calls :func:`prepare` once the control plane answers and before it
 starts the subscription runtime, which must find its subscription in the catalog: the wallet's demo
-secrets (files in ``NOETL_SECRETS_DIR``), the ``noetl_demo`` database the demo playbook writes to, the
-emulator's ``demo-orders`` topic and its pull subscription, and the catalog entries (the playbook with a
+secrets (files in ``NOETL_SECRETS_DIR``), the ``noetl_demo`` database the demo playbook writes to with
+its own login ``noetl_demo_app`` (whose password only the wallet entry ``keychain-pg_demo`` holds: the
+playbook names the alias ``pg_demo`` and the worker resolves it when a task runs), the emulator's
+``demo-orders`` topic and its pull subscription, and the catalog entries (the playbook with a
 placeholder fixture URL, the three push listeners registered and active, the runtime's pull
 subscription). `noetl-cloud demo` calls it again (a no-op when everything is there).
 
@@ -14,6 +16,7 @@ what a reader finds in those files.
 from __future__ import annotations
 
 import base64
+import json
 import secrets
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -30,6 +33,10 @@ RUNTIME_SUBSCRIPTION = "demo/pubsub/orders"
 PUBSUB_TOPIC = "demo-orders"
 PUBSUB_SUBSCRIPTION = "demo-orders-runtime"
 DEMO_DATABASE = "noetl_demo"
+#: The login the playbook's postgres tasks use, and the keychain alias (``auth: pg_demo``) naming it:
+#: the wallet entry ``keychain-pg_demo`` holds its DSN, password included; no workload or event does.
+DEMO_LOGIN = "noetl_demo_app"
+KEYCHAIN_ALIAS = "pg_demo"
 #: What the playbook's workload says until a demo run registers its own fixture URL: the discard
 #: port, so a message outside a demo run fails fast instead of reaching something else.
 PLACEHOLDER_API_URL = "http://127.0.0.1:9"
@@ -88,9 +95,9 @@ def resource(name: str) -> str:
     return resources.files("noetl_cloud.demo").joinpath("resources", name).read_text(encoding="utf-8")
 
 
-def playbook_content(*, run: str, api_url: str, dsn: str) -> str:
-    """The demo playbook with its workload defaults filled in."""
-    return Template(resource("orders.playbook.yaml")).substitute(run=run, api_url=api_url, dsn=dsn)
+def playbook_content(*, run: str, api_url: str) -> str:
+    """The demo playbook with its workload defaults filled in (no credential: its tasks name ``pg_demo``)."""
+    return Template(resource("orders.playbook.yaml")).substitute(run=run, api_url=api_url, alias=KEYCHAIN_ALIAS)
 
 
 def _new_secret(alias: str) -> str:
@@ -119,8 +126,33 @@ def demo_database_url(database_url: str) -> str:
     return f"{base}/{DEMO_DATABASE}"
 
 
-def ensure_database(database_url: str) -> str:
-    """Create the ``noetl_demo`` database and its tables when missing; its URL."""
+def keychain_entry_path(folder: Path) -> Path:
+    """The wallet file of the demo's credential (``keychain-pg_demo``; secrets/keychain.py)."""
+    return folder / f"keychain-{KEYCHAIN_ALIAS}"
+
+
+def demo_login_password(folder: Path) -> str:
+    """The password of ``noetl_demo_app``: the one the wallet entry already holds, else a new one."""
+    from sqlalchemy.engine import make_url
+
+    from noetl_cloud.secrets.keychain import parse_entry
+
+    path = keychain_entry_path(folder)
+    if path.exists():
+        dsn = parse_entry(path.read_text()).get("dsn")
+        try:
+            password = make_url(dsn).password if isinstance(dsn, str) else None
+        except ValueError:
+            password = None
+        if isinstance(password, str) and password:
+            return password
+    return secrets.token_hex(24)
+
+
+def ensure_database(database_url: str, wallet: Path) -> str:
+    """Create the ``noetl_demo`` database, its tables and its login ``noetl_demo_app`` when missing, and
+    write the login's DSN to the wallet entry ``keychain-pg_demo``; the database's URL (the stack's
+    own login: what the demo driver reads its checks with)."""
     import pg8000.dbapi
     from sqlalchemy.engine import make_url
 
@@ -131,6 +163,8 @@ def ensure_database(database_url: str) -> str:
         DEMO_DATABASE, user=str(url.username), password=url.password, host=str(url.host), port=int(url.port or 5432)
     )
     demo = demo_database_url(database_url)
+    wallet.mkdir(parents=True, exist_ok=True)
+    password = demo_login_password(wallet)
     conn = pg8000.dbapi.connect(
         user=url.username, password=url.password, host=url.host, port=url.port, database=DEMO_DATABASE
     )
@@ -139,8 +173,23 @@ def ensure_database(database_url: str) -> str:
         cursor = conn.cursor()
         for statement in TABLES:
             cursor.execute(statement)
+        cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (DEMO_LOGIN,))
+        verb = "ALTER" if cursor.fetchone() else "CREATE"
+        # Identifiers and the password are ours (a constant, hex): nothing a caller controls is spliced in.
+        cursor.execute(f"{verb} ROLE {DEMO_LOGIN} LOGIN PASSWORD '{password}'")
+        cursor.execute(f'GRANT CONNECT ON DATABASE "{DEMO_DATABASE}" TO {DEMO_LOGIN}')
+        cursor.execute(f"GRANT SELECT, INSERT, UPDATE ON demo_queue, demo_orders TO {DEMO_LOGIN}")
+        cursor.execute(f"GRANT USAGE ON SEQUENCE demo_queue_id_seq TO {DEMO_LOGIN}")
     finally:
         conn.close()
+    entry = {
+        "kind": "postgres",
+        "dsn": make_url(demo).set(username=DEMO_LOGIN, password=password).render_as_string(hide_password=False),
+    }
+    path = keychain_entry_path(wallet)
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_text(json.dumps(entry) + "\n")
     return demo
 
 
@@ -209,12 +258,12 @@ def activate(api: ApiClient, path: str) -> dict[str, Any]:
 def prepare(env: Mapping[str, str], secrets_dir: Path) -> str:
     """Everything above, idempotently; one line saying what is there."""
     ensure_secrets(secrets_dir)
-    dsn = ensure_database(env["NOETL_DATABASE_URL"])
+    ensure_database(env["NOETL_DATABASE_URL"], secrets_dir)
     ensure_pubsub(env["NOETL_PROJECT_ID"], env["PUBSUB_EMULATOR_HOST"])
     with api_client(env) as api:
         latest = api.get(f"/api/catalog/{PLAYBOOK_PATH}")
         if latest.status == 404:  # a demo run's own version is left in place
-            register(api, playbook_content(run="none", api_url=PLACEHOLDER_API_URL, dsn=dsn))
+            register(api, playbook_content(run="none", api_url=PLACEHOLDER_API_URL))
         else:
             latest.raise_for_error()
         for item in LISTENERS:

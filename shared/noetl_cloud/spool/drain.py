@@ -54,6 +54,8 @@ from noetl_cloud.spool.replayer import (
 )
 
 log = logging.getLogger(__name__)
+#: The log line of each item the drainer dead-letters (an alert policy of infra/modules/monitoring matches it).
+DEAD_LETTERED_LOG = "spool item dead-lettered"
 
 LEASE_PREFIX: Final = "spool-drain/"
 #: Replayed items whose ``replayed`` events are written in one call, then their objects deleted.
@@ -408,6 +410,8 @@ class Drainer:
             return
         self._emit(sub, [ev.dead_lettered(item, ref.name, dead.name, reason, attempts=item.attempts, detail=detail)])
         report.dead_lettered += 1
+        # What the stack's alert policy matches (infra/modules/monitoring): keep the message as it is.
+        log.warning(DEAD_LETTERED_LOG, extra={"subscription": sub, "reason": reason, "attempts": item.attempts})
 
     def _sweep(
         self, target: SpoolTarget, backend: SpoolBackend, label: str, lanes: list[str], report: DrainReport
