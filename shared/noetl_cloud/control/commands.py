@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, TextClause, text
+from sqlalchemy import Connection, Engine, text
 
 from noetl_cloud.control.turn import ENDED, OPEN
+from noetl_cloud.db.rows import RowsStatement
 from noetl_cloud.engine.model import StepPlan
 from noetl_cloud.envelope import EventFactory
 from noetl_cloud.errors import Conflict, NoetlError, NotFound
@@ -46,10 +47,8 @@ class CommandAccess:
         tenant, org = self.tenant
         rows: list[OutboxRow] = []
         with self.engine.begin() as conn:
-            row = conn.execute(
-                _CLAIM,
-                {"id": command_id, "worker": worker_id, "lease": self.lease_s, "t": tenant, "o": org},
-            ).first()
+            params = {"id": command_id, "worker": worker_id, "lease": self.lease_s, "t": tenant, "o": org}
+            row = _CLAIM(conn, params).first()
             refusal = self._refusal(conn, command_id) if row is None else None
             if refusal is None:
                 document = self._claimed(conn, row, worker_id, rows, {})
@@ -66,9 +65,8 @@ class CommandAccess:
         rows: list[OutboxRow] = []
         with self.engine.begin() as conn:
             claimed = sorted(
-                conn.execute(
-                    _CLAIM_QUEUED,
-                    {"pool": pool, "worker": worker_id, "lease": self.lease_s, "t": tenant, "o": org, "n": limit},
+                _CLAIM_QUEUED(
+                    conn, {"pool": pool, "worker": worker_id, "lease": self.lease_s, "t": tenant, "o": org, "n": limit}
                 ).all(),
                 key=lambda row: int(row.command_id),
             )
@@ -228,12 +226,12 @@ class CommandAccess:
         return {"command_id": str(command_id), "lease_expires_at": row.lease_expires_at.isoformat()}
 
 
-def _claim(which: str) -> TextClause:
+def _claim(which: str) -> RowsStatement:
     """``issued → claimed`` for ``:worker`` of the command ``which`` names, while its execution lives:
     the claimed commands' document rows (as :meth:`CommandAccess._document` reads them), each with its
     execution stream's version (``head``: the ``command.claimed`` event is sealed from it), in one
     round trip."""
-    return text(
+    return RowsStatement(
         "WITH claimed AS (UPDATE command c SET status = 'claimed', worker_id = :worker, updated_at = now(), "
         "lease_expires_at = now() + make_interval(secs => :lease) "
         f"WHERE c.command_id {which} AND c.status = 'issued' AND EXISTS (SELECT 1 FROM execution e "

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, text
 from noetl_cloud.control.turn import ENDED, ExecState, Turn
 from noetl_cloud.control.workloads import WorkloadCache
 from noetl_cloud.db.bulk import InsertBatch
+from noetl_cloud.db.rows import RowsStatement
 from noetl_cloud.db.schema import command, loop_run, stage
 from noetl_cloud.db.schema import outbox as outbox_table
 from noetl_cloud.errors import NoetlError, NotFound
@@ -54,9 +55,11 @@ class ExecutionRows:
             NotFound(f"no command {command_id}", code="command_not_found"),
         )
 
-    def _locked(self, conn: Connection, statement: Any, params: dict[str, Any], missing: NoetlError) -> ExecState:
+    def _locked(
+        self, conn: Connection, statement: RowsStatement, params: dict[str, Any], missing: NoetlError
+    ) -> ExecState:
         tenant, org = self.tenant
-        row = conn.execute(statement, {**params, "t": tenant, "o": org, "known": self.workloads.known()}).first()
+        row = statement(conn, {**params, "t": tenant, "o": org, "known": self.workloads.known()}).first()
         if row is None:
             raise missing
         workload = row.workload
@@ -174,10 +177,10 @@ _EXECUTION_COLUMNS = (
     "e.meta ->> 'subscription_path' AS subscription_path, e.meta -> 'spool' -> 'probe' AS probe FROM execution e "
 )
 _WORKLOAD = text("SELECT workload FROM execution WHERE execution_id = :id")
-_LOCK_EXECUTION = text(
+_LOCK_EXECUTION = RowsStatement(
     _EXECUTION_COLUMNS + "WHERE e.execution_id = :id AND e.tenant_id = :t AND e.organization_id = :o FOR UPDATE OF e"
 )
-_LOCK_EXECUTION_OF = text(
+_LOCK_EXECUTION_OF = RowsStatement(
     _EXECUTION_COLUMNS + "WHERE e.execution_id = (SELECT execution_id FROM command WHERE command_id = :command "
     "AND tenant_id = :t AND organization_id = :o) AND e.tenant_id = :t AND e.organization_id = :o FOR UPDATE OF e"
 )

@@ -44,6 +44,7 @@ from noetl_cloud.control.reports import (
 )
 from noetl_cloud.control.turn import ENDED, OPEN, ExecState, Turn, TurnHost, apply_patch
 from noetl_cloud.control.workloads import WorkloadCache
+from noetl_cloud.db.rows import RowsStatement
 from noetl_cloud.engine.model import StepPlan, compile_playbook
 from noetl_cloud.engine.templates import Renderer
 from noetl_cloud.envelope import EventFactory, utc_now
@@ -300,19 +301,7 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
         ending its command), and an execution counted one command too many never ends. Every change of
         a command into or out of the open states happens under its execution's lock, so this count is
         exact until the commit."""
-        return conn.execute(
-            text(
-                "SELECT command_id, execution_id, kind, step, status, attempt, max_attempts, worker_id, args, "
-                "step_run_id, iteration, lease_expires_at < now() AS expired, "
-                "(SELECT count(*) FROM command o WHERE o.execution_id = command.execution_id "
-                " AND o.status IN ('issued', 'claimed', 'started')) AS open_commands, "
-                "EXISTS (SELECT 1 FROM command q WHERE q.status = 'issued' AND q.tenant_id = :t "
-                " AND q.organization_id = :o AND q.execution_pool = :pool) AS queued, "
-                "(SELECT s.version FROM stream s WHERE s.stream_id = :stream) AS head "
-                "FROM command WHERE command_id = :id FOR UPDATE"
-            ),
-            {"id": command_id, "pool": pool, "t": tenant, "o": org, "stream": stream},
-        ).one()
+        return _LOCK_COMMAND(conn, {"id": command_id, "pool": pool, "t": tenant, "o": org, "stream": stream}).one()
 
     def _terminate(
         self,
@@ -367,3 +356,15 @@ class Orchestrator(CommandAccess, Reaper, ExecutionRows):
             )
         turn.drain()
         turn.close(cmd.open_commands - 1)  # less the command that just ended (it was claimed or started)
+
+
+_LOCK_COMMAND = RowsStatement(
+    "SELECT command_id, execution_id, kind, step, status, attempt, max_attempts, worker_id, args, "
+    "step_run_id, iteration, lease_expires_at < now() AS expired, "
+    "(SELECT count(*) FROM command o WHERE o.execution_id = command.execution_id "
+    " AND o.status IN ('issued', 'claimed', 'started')) AS open_commands, "
+    "EXISTS (SELECT 1 FROM command q WHERE q.status = 'issued' AND q.tenant_id = :t "
+    " AND q.organization_id = :o AND q.execution_pool = :pool) AS queued, "
+    "(SELECT s.version FROM stream s WHERE s.stream_id = :stream) AS head "
+    "FROM command WHERE command_id = :id FOR UPDATE"
+)

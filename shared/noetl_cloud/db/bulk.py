@@ -24,6 +24,8 @@ from typing import Any
 from sqlalchemy import Connection, CursorResult, Table, text
 from sqlalchemy.dialects import postgresql
 
+from noetl_cloud.db.rows import named_text
+
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 
 
@@ -200,7 +202,7 @@ def _batch_statement(
         if condition is not None:  # each statement ends with its WHERE clause (InsertBatch.statement)
             renamed += " AND (SELECT ok FROM g)"
         ctes.append(f"s{i} AS ({renamed})")
-    outputs = ["(SELECT ok FROM g)"]
+    outputs = ["(SELECT ok FROM g) AS ok"]
     for i, (table, columns, suffix, returning, depends) in enumerate(shape):
         names = ", ".join(f'"{c}"' for c in columns)
         types = ", ".join(f'"{c}" {table.c[c].type.compile(dialect=_DIALECT)}' for c in columns)
@@ -218,7 +220,8 @@ def _batch_statement(
         )
         if returning:
             row = ", ".join(f'w{i}."{c}"' for c in returning)
-            outputs.append(f"(SELECT jsonb_agg(jsonb_build_array({row})) FROM w{i})")
+            outputs.append(f"(SELECT jsonb_agg(jsonb_build_array({row})) FROM w{i}) AS w{i}")
         else:
-            outputs.append("NULL")
-    return text(f"WITH {', '.join(ctes)} SELECT {', '.join(outputs)}")
+            outputs.append(f"NULL AS w{i}")
+    named = ["ok", *(f"w{i}" for i in range(len(shape)))]
+    return named_text(f"WITH {', '.join(ctes)} SELECT {', '.join(outputs)}", named)
