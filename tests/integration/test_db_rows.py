@@ -10,8 +10,7 @@ from sqlalchemy import Engine, text
 from noetl_cloud.db.rows import RowsStatement, named_text
 
 SQL = (
-    "SELECT CAST(:n AS int) AS n, 'x' || CAST(:n AS text) AS label, now() IS NOT NULL AS ok, "
-    "CAST(NULL AS jsonb) AS doc"
+    "SELECT CAST(:n AS int) AS n, 'x' || CAST(:n AS text) AS label, now() IS NOT NULL AS ok, CAST(NULL AS jsonb) AS doc"
 )
 
 
