@@ -37,7 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # Order: the cheap in-process figures first, the ones that start roles and load the emulators last.
 BENCHES = (
-    "ids", "engine", "execute", "ingress", "distributed", "frames", "spool", "replay", "runtime", "coldstart", "peers"
+    "ids", "http_client", "engine", "execute", "ingress", "distributed", "frames", "spool", "replay", "runtime",
+    "coldstart", "peers",
 )  # fmt: skip
 _RATIO = re.compile(
     r"^(?P<name>[A-Za-z][\w .()+-]*? ratio(?: \([^)]*\))?):\s*(?P<value>[0-9]+(?:\.[0-9]+)?)(?P<rest>.*)$"

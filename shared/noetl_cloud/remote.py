@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from noetl_cloud.errors import BadRequest, ConfigError, Unavailable
-from noetl_cloud.web.client import ApiClient, TokenSource, google_id_token_source, segment, static_token
+from noetl_cloud.web.client import ApiClient, TokenSource, segment, static_token
+from noetl_cloud.web.id_tokens import google_id_token_source
 
 ENDED = ("completed", "failed", "cancelled")
 

@@ -3,12 +3,11 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import jwt
 import pytest
 
 from noetl_cloud.errors import Conflict, NoetlError, NotFound, Unavailable
@@ -18,7 +17,6 @@ from noetl_cloud.web.client import (
     ApiResponse,
     UpstreamUnavailable,
     _retry_after_s,
-    google_id_token_source,
     static_token,
 )
 
@@ -306,49 +304,7 @@ def test_base_url_must_be_http() -> None:
 # -- token sources -------------------------------------------------------------------------------
 
 
-class Metadata:
-    def __init__(self, exp: float) -> None:
-        self.exp = exp
-        self.calls: list[tuple[str, dict[str, str]]] = []
-        self.fail = False
-
-    def __call__(self, url: str, headers: Mapping[str, str]) -> bytes:
-        self.calls.append((url, dict(headers)))
-        if self.fail:
-            raise OSError("metadata server unreachable")
-        token = jwt.encode({"exp": self.exp, "n": len(self.calls)}, "k" * 32, algorithm="HS256")
-        return token.encode()
-
-
 def test_static_token_source_returns_its_token() -> None:
     assert static_token("abc")() == "abc"
     with pytest.raises(ValueError):
         static_token("")
-
-
-def test_id_token_is_fetched_from_the_metadata_server_and_cached_until_5_minutes_before_exp() -> None:
-    now = [1000.0]
-    metadata = Metadata(exp=1000.0 + 3600)
-    source = google_id_token_source("https://cp.a.run.app", fetch=metadata, clock=lambda: now[0])
-    first = source()
-    url, headers = metadata.calls[0]
-    assert url == (
-        "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/identity"
-        "?audience=https%3A%2F%2Fcp.a.run.app&format=full"
-    )
-    assert headers == {"Metadata-Flavor": "Google"}
-    now[0] = 1000.0 + 3600 - 301
-    assert source() == first and len(metadata.calls) == 1
-    now[0] += 1
-    metadata.exp = now[0] + 3600
-    assert source() != first and len(metadata.calls) == 2
-
-
-def test_metadata_server_failure_is_unavailable() -> None:
-    metadata = Metadata(exp=0)
-    metadata.fail = True
-    with pytest.raises(Unavailable) as info:
-        google_id_token_source("aud", fetch=metadata)()
-    assert (info.value.status, info.value.code) == (503, "id_token_unavailable")
-    with pytest.raises(Unavailable):
-        google_id_token_source("aud", fetch=lambda _u, _h: b"not a jwt")()

@@ -22,7 +22,8 @@ from noetl_cloud.settings import Settings
 from noetl_cloud.spool.bootstrap import ingress_spooler, kv_from_settings
 from noetl_cloud.web import create_app
 from noetl_cloud.web.app import MAX_LISTENER_BODY
-from noetl_cloud.web.client import ApiClient, google_id_token_source, static_token
+from noetl_cloud.web.client import ApiClient, static_token
+from noetl_cloud.web.id_tokens import google_id_token_source
 
 
 def build_app(settings: Settings, service: IngressService) -> Flask:

@@ -21,7 +21,8 @@ from noetl_cloud.spool.drain import ApiReplayer, Drainer, DrainReport
 from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
 from noetl_cloud.spool.events import ApiEventSink, EventJournal
 from noetl_cloud.spool.policy import source_kind
-from noetl_cloud.web.client import ApiClient, google_id_token_source, static_token
+from noetl_cloud.web.client import ApiClient, static_token
+from noetl_cloud.web.id_tokens import google_id_token_source
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,8 @@ so an at-least-once caller redelivers later. Any other answer, 4xx included, is 
 matching :class:`~noetl_cloud.errors.NoetlError`.
 
 Calls carry the current W3C trace (a child span of it) and request id, and a bearer token from a
-token source: :func:`static_token` locally, :func:`google_id_token_source` on Cloud Run.
+token source: :func:`static_token` locally, :func:`~noetl_cloud.web.id_tokens.google_id_token_source` on
+Cloud Run.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import logging
 import math
 import random
 import ssl
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -30,8 +30,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
-
-import jwt
 
 from noetl_cloud.errors import (
     BadRequest,
@@ -53,7 +51,6 @@ log = logging.getLogger(__name__)
 TokenSource = Callable[[], str]
 
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
-METADATA_IDENTITY_URL = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/identity"
 
 # Transport failures worth another attempt (refused, reset, timed out, cut short). Certificate
 # errors are not: they do not heal.
@@ -304,86 +301,10 @@ def static_token(token: str) -> TokenSource:
     return lambda: token
 
 
-def fetch_metadata(url: str, headers: Mapping[str, str], *, timeout_s: float = 5.0) -> bytes:
-    """GET from the metadata server, bypassing any proxy; raises :class:`OSError` on failure."""
-    if not url.startswith("http://metadata.google.internal/"):
-        raise ValueError(f"not a metadata server URL: {url!r}")
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    request = urllib.request.Request(url, headers=dict(headers))  # noqa: S310 - URL checked above
-    with opener.open(request, timeout=timeout_s) as response:
-        body: bytes = response.read()
-        return body
-
-
-class _IdTokenCache:
-    def __init__(
-        self,
-        audience: str,
-        fetch: Callable[[str, Mapping[str, str]], bytes],
-        clock: Callable[[], float],
-        refresh_margin_s: float,
-    ) -> None:
-        query = urllib.parse.urlencode({"audience": audience, "format": "full"})
-        self._url = f"{METADATA_IDENTITY_URL}?{query}"
-        self._fetch = fetch
-        self._clock = clock
-        self._margin = refresh_margin_s
-        self._lock = threading.Lock()
-        self._token: str | None = None
-        self._refresh_at = float("-inf")
-
-    def __call__(self) -> str:
-        with self._lock:
-            if self._token is None or self._clock() >= self._refresh_at:
-                self._token, exp = self._mint()
-                self._refresh_at = exp - self._margin
-            return self._token
-
-    def _mint(self) -> tuple[str, float]:
-        try:
-            token = self._fetch(self._url, {"Metadata-Flavor": "Google"}).decode("ascii").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise Unavailable(
-                "could not get an ID token from the metadata server",
-                code="id_token_unavailable",
-                details={"reason": type(exc).__name__},
-            ) from None
-        try:
-            # Our own token, read only for its expiry: the API verifies the signature.
-            claims = jwt.decode(token, options={"verify_signature": False})
-        except jwt.InvalidTokenError:
-            raise Unavailable(
-                "the metadata server returned a malformed ID token", code="id_token_unavailable"
-            ) from None
-        exp = claims.get("exp")
-        if isinstance(exp, bool) or not isinstance(exp, int | float):
-            raise Unavailable("the metadata server returned an ID token without exp", code="id_token_unavailable")
-        return token, float(exp)
-
-
-def google_id_token_source(
-    audience: str,
-    *,
-    fetch: Callable[[str, Mapping[str, str]], bytes] = fetch_metadata,
-    clock: Callable[[], float] = time.time,
-    refresh_margin_s: float = 300.0,
-) -> TokenSource:
-    """A token source of Google ID tokens for ``audience`` from the metadata server.
-
-    A token is reused until ``refresh_margin_s`` (5 minutes) before its ``exp``. ``fetch(url,
-    headers)`` is injectable for tests. Raises :class:`~noetl_cloud.errors.Unavailable`
-    (``id_token_unavailable``) when the metadata server cannot give one.
-    """
-    if not audience:
-        raise ValueError("audience must not be empty")
-    return _IdTokenCache(audience, fetch, clock, refresh_margin_s)
-
-
 __all__ = [
     "ApiClient",
     "ApiResponse",
     "TokenSource",
     "UpstreamUnavailable",
-    "google_id_token_source",
     "static_token",
 ]

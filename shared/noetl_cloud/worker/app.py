@@ -30,7 +30,8 @@ from noetl_cloud.ingress.verify import CREDENTIAL_HEADERS
 from noetl_cloud.observability import configure_logging
 from noetl_cloud.settings import Settings
 from noetl_cloud.web import create_app
-from noetl_cloud.web.client import ApiClient, google_id_token_source, static_token
+from noetl_cloud.web.client import ApiClient, static_token
+from noetl_cloud.web.id_tokens import google_id_token_source
 from noetl_cloud.worker.service import Handled, Notification, WorkerService
 
 log = logging.getLogger(__name__)
