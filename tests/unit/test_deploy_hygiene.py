@@ -26,7 +26,12 @@ SECRETS_AND_STATE = [
     "infra/environments/dev/.terraform/providers/x",
     "infra/environments/dev/plan.tfplan",
     "local/.state/pg/data",
+    "local/.state/tokens.json",
+    "local/.state-infra6/secrets/keychain-pg",
+    "local/.state-ci/env",
     ".venv/bin/python",
+    "venv/bin/python",
+    "shared/noetl_cloud.egg-info/PKG-INFO",
 ]
 NEEDED = [
     "infra/environments/dev/terraform.tfvars.example",
@@ -39,6 +44,9 @@ NEEDED = [
     "functions/entrypoint.sh",
     "functions/Dockerfile",
     "tests/unit/test_infra.py",
+    "functions/requirements.lock",
+    "functions/build-requirements.lock",
+    "local/docker-compose.yml",
 ]
 
 
