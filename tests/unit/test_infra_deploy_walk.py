@@ -59,14 +59,15 @@ def test_the_walk_runs_its_steps_in_order() -> None:
         "gcloud services enable",
         "gcloud storage buckets create",
         "cp terraform.tfvars.example terraform.tfvars",
-        "terraform init -backend-config=",
-        "terraform apply",
+        "\nterraform init -backend-config=",
+        "\nterraform apply\n",
         "gcloud secrets versions add first-deploy-hmac",
         "gcloud builds submit --config cloudbuild.yaml",
         '-X POST "$EXECUTE/api/catalog"',
         '-H "x-signature: sha256=$sig"',
         '-H "x-signature: sha256=00"',
     ]
+    # Each command as it is run (a line of its own where a comment could also name it).
     positions = [WALK.index(command) for command in order]
     assert positions == sorted(positions), [command for _, command in sorted(zip(positions, order, strict=True))]
     # The backend the init configures is the one the environments declare.
