@@ -88,7 +88,7 @@ def test_0010_moves_the_rows_into_the_partitioned_tables_and_the_keys_into_event
                     {"id": n, "n": n, "key": key},
                 )
             conn.execute(text("INSERT INTO outbox (event_id, topic, data) VALUES (1, 'noetl-events', '{}')"))
-        migrate.upgrade(engine)
+        migrate.upgrade(engine, "0011")  # 0012 digests the keys (the test below)
         with engine.begin() as conn:
             assert conn.execute(text("SELECT count(*) FROM event_history")).scalar_one() == 2
             assert conn.execute(text("SELECT idempotency_key, event_id FROM event_key")).all() == [("k1", 1)]
@@ -106,5 +106,45 @@ def test_0010_moves_the_rows_into_the_partitioned_tables_and_the_keys_into_event
         migrate.downgrade(engine, "0009")
         with engine.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM event")).scalar_one() == 3
+    finally:
+        engine.dispose()
+
+
+def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_database_url: str) -> None:
+    from sqlalchemy import text
+
+    from noetl_cloud.eventlog.keys import key_digest
+
+    engine = create_db_engine(Settings(database_url=empty_database_url), pool_size=1)
+    columns = (
+        "event_id, tenant_id, organization_id, execution_id, stream_id, stream_version, aggregate_id, aggregate_type, "
+        "event_type, schema_name, schema_version, event_time, ingest_time, producer, idempotency_key, envelope_checksum"
+    )
+    checksum = "0123456789abcdef" * 4
+    try:
+        migrate.upgrade(engine, "0011")
+        with engine.begin() as conn:
+            for n, key, digest in ((1, "t/o/7/k1", checksum), (2, None, checksum), (3, "t/o/7/ключ", "not-hex")):
+                conn.execute(
+                    text(
+                        f"INSERT INTO event ({columns}) VALUES (:id, 't', 'o', 7, 's', :n, 'a', 'x', 'e', 'e', 1, "
+                        "now(), now(), 'p', :key, :c)"
+                    ),
+                    {"id": n, "n": n, "key": key, "c": digest},
+                )
+                if key is not None:
+                    conn.execute(text("INSERT INTO event_key VALUES (:k, :id)"), {"k": key, "id": n})
+        migrate.upgrade(engine)
+        with engine.begin() as conn:
+            keys = conn.execute(text("SELECT key_digest, event_id FROM event_key ORDER BY event_id")).all()
+            assert [tuple(k) for k in keys] == [(key_digest("t/o/7/k1"), 1), (key_digest("t/o/7/ключ"), 3)]
+            stored = conn.execute(text("SELECT envelope_checksum FROM event ORDER BY event_id")).scalars().all()
+            assert [bytes(c) for c in stored] == [bytes.fromhex(checksum)] * 2 + [b"not-hex"]  # never fails
+        migrate.downgrade(engine, "0011")
+        with engine.begin() as conn:
+            keys = conn.execute(text("SELECT idempotency_key, event_id FROM event_key ORDER BY event_id")).all()
+            assert [tuple(k) for k in keys] == [("t/o/7/k1", 1), ("t/o/7/ключ", 3)]  # the texts, from the events
+            back = conn.execute(text("SELECT envelope_checksum FROM event ORDER BY event_id")).scalars().all()
+            assert back[:2] == [checksum, checksum]
     finally:
         engine.dispose()

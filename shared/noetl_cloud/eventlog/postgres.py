@@ -27,6 +27,7 @@ from noetl_cloud.db.schema import event_key as key_table
 from noetl_cloud.db.schema import outbox as outbox_table
 from noetl_cloud.db.schema import stream as stream_table
 from noetl_cloud.envelope import EventEnvelope, PayloadRef, utc_now
+from noetl_cloud.eventlog.keys import key_digest
 from noetl_cloud.eventlog.outbox import mirror_messages
 from noetl_cloud.eventlog.port import (
     DuplicateEventId,
@@ -84,8 +85,16 @@ def _row(envelope: EventEnvelope) -> dict[str, Any]:
         "payload": envelope.payload,
         "payload_ref": envelope.payload_ref.model_dump(mode="json") if envelope.payload_ref else None,
         "meta": envelope.meta,
-        "envelope_checksum": envelope.envelope_checksum,
+        # bytea from JSON text (InsertBatch): the checksum's 32 bytes, not its 64 hex digits.
+        "envelope_checksum": None if envelope.envelope_checksum is None else "\\x" + envelope.envelope_checksum,
     }
+
+
+def checksum_hex(value: Any) -> str | None:
+    """A stored ``envelope_checksum`` (bytes since migration 0012) as the envelope's hex text."""
+    if value is None or isinstance(value, str):
+        return value
+    return bytes(value).hex()
 
 
 def envelope_from_row(row: Any) -> EventEnvelope:
@@ -111,7 +120,7 @@ def envelope_from_row(row: Any) -> EventEnvelope:
         payload=m["payload"],
         payload_ref=PayloadRef(**m["payload_ref"]) if m["payload_ref"] else None,
         meta=m["meta"],
-        envelope_checksum=m["envelope_checksum"],
+        envelope_checksum=checksum_hex(m["envelope_checksum"]),
     )
 
 
@@ -285,8 +294,12 @@ class PostgresEventStore:
         # own); an event whose key is taken is not written, nor are its outbox rows.
         keys = batch.insert(
             key_table,
-            [{"idempotency_key": e.idempotency_key, "event_id": int(e.event_id)} for e in sealed if e.idempotency_key],
-            suffix="ON CONFLICT (idempotency_key) DO NOTHING",
+            [
+                {"key_digest": str(key_digest(e.idempotency_key)), "event_id": int(e.event_id)}
+                for e in sealed
+                if e.idempotency_key
+            ],
+            suffix="ON CONFLICT (key_digest) DO NOTHING",
             returning=("event_id",),
         )
         inserted = batch.insert(
@@ -324,10 +337,11 @@ class PostgresEventStore:
 
     @staticmethod
     def _used_keys(conn: Connection, keys: list[str], inserted: set[int]) -> list[str]:
+        digests = {key_digest(key): key for key in keys}
         rows = conn.execute(
-            select(key_table.c.idempotency_key, key_table.c.event_id).where(key_table.c.idempotency_key.in_(keys))
+            select(key_table.c.key_digest, key_table.c.event_id).where(key_table.c.key_digest.in_(list(digests)))
         ).all()
-        used = [key for key, event_id in rows if event_id not in inserted]
+        used = [digests[digest] for digest, event_id in rows if event_id not in inserted]
         return used or keys
 
     def stream_version(self, stream_id: str) -> int:

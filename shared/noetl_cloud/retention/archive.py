@@ -61,6 +61,8 @@ def encode(rows: Sequence[Mapping[str, Any]]) -> bytes:
             value = row[name]
             if name in _JSON and value is not None:
                 value = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+            elif name == "envelope_checksum" and isinstance(value, (bytes, memoryview)):
+                value = bytes(value).hex()  # stored as its bytes (migration 0012), archived as hex
             columns[name].append(value)
     table = pa.table(columns, schema=SCHEMA)
     sink = io.BytesIO()

@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from noetl_cloud.envelope import utc_now
+from noetl_cloud.eventlog.keys import KEY_DIGEST_SQL
 from noetl_cloud.retention import archive, partitions
 from noetl_cloud.settings import Settings
 
@@ -215,7 +216,7 @@ class RetentionService:
         conn.execute(
             text(
                 f'DELETE FROM event_key k USING "{name}" e '
-                "WHERE e.idempotency_key IS NOT NULL AND k.idempotency_key = e.idempotency_key "
+                f"WHERE e.idempotency_key IS NOT NULL AND k.key_digest = {KEY_DIGEST_SQL.format('e.idempotency_key')} "
                 "AND k.event_id = e.event_id"
             )
         )

@@ -1,0 +1,69 @@
+"""Narrower event storage (issue #26, bytes per execution).
+
+* ``event_key`` keeps a 16-byte digest of each idempotency key (``key_digest uuid``, the first 128 bits
+  of the key's SHA-256) instead of the key's text: its row and its primary key's entry no longer grow
+  with the key (keys are about 70 characters). The event row keeps the key's text (it is sealed into
+  the envelope's checksum), so the downgrade rebuilds the text keys from the events.
+* ``event.envelope_checksum`` is stored as its 32 bytes (``bytea``) instead of 64 hex characters; the
+  readers hand it out as hex again, the archive keeps hex.
+
+Both rewrite their tables (``ALTER ... TYPE`` rewrites every partition of ``event``): on a large
+database run it in a maintenance window.
+
+Revision ID: 0012
+Revises: 0011
+Create Date: 2026-11-27
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects.postgresql import UUID
+
+revision = "0012"
+down_revision = "0011"
+branch_labels = None
+depends_on = None
+
+# noetl_cloud.eventlog.keys.KEY_DIGEST_SQL, as of this revision.
+_DIGEST = "CAST(encode(substring(sha256(convert_to({}, 'UTF8')) FROM 1 FOR 16), 'hex') AS uuid)"
+
+
+def upgrade() -> None:
+    op.create_table(
+        "event_key_digest",
+        sa.Column("key_digest", UUID(as_uuid=True), nullable=False),
+        sa.Column("event_id", sa.BigInteger, nullable=False),
+        sa.PrimaryKeyConstraint("key_digest", name="pk_event_key_digest"),
+    )
+    op.execute(
+        f"INSERT INTO event_key_digest (key_digest, event_id) SELECT {_DIGEST.format('idempotency_key')}, event_id "
+        "FROM event_key ON CONFLICT DO NOTHING"
+    )
+    op.drop_table("event_key")
+    op.rename_table("event_key_digest", "event_key")
+    op.execute("ALTER TABLE event_key RENAME CONSTRAINT pk_event_key_digest TO pk_event_key")
+    # A checksum the store wrote is 64 lower-case hex digits; anything else keeps its bytes (never fails).
+    op.execute(
+        "ALTER TABLE event ALTER COLUMN envelope_checksum TYPE bytea USING CASE WHEN envelope_checksum ~ "
+        "'^([0-9a-f]{2})*$' THEN decode(envelope_checksum, 'hex') ELSE convert_to(envelope_checksum, 'UTF8') END"
+    )
+
+
+def downgrade() -> None:
+    op.execute("ALTER TABLE event ALTER COLUMN envelope_checksum TYPE text USING encode(envelope_checksum, 'hex')")
+    op.create_table(
+        "event_key_text",
+        sa.Column("idempotency_key", sa.Text, nullable=False),
+        sa.Column("event_id", sa.BigInteger, nullable=False),
+        sa.PrimaryKeyConstraint("idempotency_key", name="pk_event_key_text"),
+    )
+    op.execute(
+        "INSERT INTO event_key_text (idempotency_key, event_id) SELECT e.idempotency_key, k.event_id "
+        "FROM event_key k JOIN event e ON e.event_id = k.event_id WHERE e.idempotency_key IS NOT NULL "
+        "ON CONFLICT DO NOTHING"
+    )
+    op.drop_table("event_key")
+    op.rename_table("event_key_text", "event_key")
+    op.execute("ALTER TABLE event_key RENAME CONSTRAINT pk_event_key_text TO pk_event_key")
