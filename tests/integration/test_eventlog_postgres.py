@@ -148,3 +148,18 @@ def test_a_key_reused_with_another_event_is_refused_by_its_digest(db_engine: Eng
             ).scalar_one()
             == 1
         )
+
+
+def test_a_default_schema_name_is_not_stored_and_reads_back_whole(db_engine: Engine) -> None:
+    store = PostgresEventStore(db_engine)
+    stream = new_stream()
+    default, custom = make_event(stream), make_event(stream).model_copy(update={"schema_name": "acme.step.done"})
+    sealed = store.append(stream, [default, custom])
+    with db_engine.connect() as conn:
+        stored = conn.execute(
+            text("SELECT schema_name FROM event WHERE stream_id = :s ORDER BY stream_version"), {"s": stream}
+        ).scalars()
+        assert list(stored) == [None, "acme.step.done"]
+    read = store.read_stream(stream)
+    assert [e.schema_name for e in read] == ["noetl.step.done", "acme.step.done"]
+    assert [e.to_json() for e in read] == [e.to_json() for e in sealed] and all(e.verify_checksum() for e in read)

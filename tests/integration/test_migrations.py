@@ -124,13 +124,17 @@ def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_data
     try:
         migrate.upgrade(engine, "0011")
         with engine.begin() as conn:
-            for n, key, digest in ((1, "t/o/7/k1", checksum), (2, None, checksum), (3, "t/o/7/ключ", "not-hex")):
+            for n, key, digest, schema in (
+                (1, "t/o/7/k1", checksum, "noetl.step.done"),  # the default schema name
+                (2, None, checksum, "custom.schema"),
+                (3, "t/o/7/ключ", "not-hex", "noetl.step"),
+            ):
                 conn.execute(
                     text(
-                        f"INSERT INTO event ({columns}) VALUES (:id, 't', 'o', 7, 's', :n, 'a', 'x', 'e', 'e', 1, "
-                        "now(), now(), 'p', :key, :c)"
+                        f"INSERT INTO event ({columns}) VALUES (:id, 't', 'o', 7, 's', :n, 'a', 'x', 'step.done', "
+                        ":schema, 1, now(), now(), 'p', :key, :c)"
                     ),
-                    {"id": n, "n": n, "key": key, "c": digest},
+                    {"id": n, "n": n, "key": key, "c": digest, "schema": schema},
                 )
                 if key is not None:
                     conn.execute(text("INSERT INTO event_key VALUES (:k, :id)"), {"k": key, "id": n})
@@ -140,11 +144,15 @@ def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_data
             assert [tuple(k) for k in keys] == [(key_digest("t/o/7/k1"), 1), (key_digest("t/o/7/ключ"), 3)]
             stored = conn.execute(text("SELECT envelope_checksum FROM event ORDER BY event_id")).scalars().all()
             assert [bytes(c) for c in stored] == [bytes.fromhex(checksum)] * 2 + [b"not-hex"]  # never fails
+            schemas = conn.execute(text("SELECT schema_name FROM event ORDER BY event_id")).scalars().all()
+            assert schemas == [None, "custom.schema", "noetl.step"]  # only the default is left out
         migrate.downgrade(engine, "0011")
         with engine.begin() as conn:
             keys = conn.execute(text("SELECT idempotency_key, event_id FROM event_key ORDER BY event_id")).all()
             assert [tuple(k) for k in keys] == [("t/o/7/k1", 1), ("t/o/7/ключ", 3)]  # the texts, from the events
             back = conn.execute(text("SELECT envelope_checksum FROM event ORDER BY event_id")).scalars().all()
             assert back[:2] == [checksum, checksum]
+            schemas = conn.execute(text("SELECT schema_name FROM event ORDER BY event_id")).scalars().all()
+            assert schemas == ["noetl.step.done", "custom.schema", "noetl.step"]
     finally:
         engine.dispose()

@@ -61,7 +61,7 @@ event = Table(
     Column("aggregate_id", Text, nullable=False),
     Column("aggregate_type", Text, nullable=False),
     Column("event_type", Text, nullable=False),
-    Column("schema_name", Text, nullable=False),
+    Column("schema_name", Text, nullable=True),  # NULL: the default, noetl.<event_type> (migration 0012)
     Column("schema_version", Integer, nullable=False),
     Column("event_time", DateTime(timezone=True), nullable=False),
     Column("ingest_time", DateTime(timezone=True), nullable=False),

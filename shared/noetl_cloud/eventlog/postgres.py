@@ -26,7 +26,7 @@ from noetl_cloud.db.schema import event as event_table
 from noetl_cloud.db.schema import event_key as key_table
 from noetl_cloud.db.schema import outbox as outbox_table
 from noetl_cloud.db.schema import stream as stream_table
-from noetl_cloud.envelope import EventEnvelope, PayloadRef, utc_now
+from noetl_cloud.envelope import EventEnvelope, PayloadRef, default_schema_name, utc_now
 from noetl_cloud.eventlog.keys import key_digest
 from noetl_cloud.eventlog.outbox import mirror_messages
 from noetl_cloud.eventlog.port import (
@@ -74,7 +74,10 @@ def _row(envelope: EventEnvelope) -> dict[str, Any]:
         "aggregate_id": envelope.aggregate_id,
         "aggregate_type": envelope.aggregate_type,
         "event_type": envelope.event_type,
-        "schema_name": envelope.schema_name,
+        # The default (``noetl.<event_type>``) is not stored: NULL, rebuilt by the readers (migration 0012).
+        "schema_name": None
+        if envelope.schema_name == default_schema_name(envelope.event_type)
+        else envelope.schema_name,
         "schema_version": envelope.schema_version,
         "event_time": envelope.event_time,
         "ingest_time": envelope.ingest_time,
@@ -109,7 +112,7 @@ def envelope_from_row(row: Any) -> EventEnvelope:
         aggregate_id=m["aggregate_id"],
         aggregate_type=m["aggregate_type"],
         event_type=m["event_type"],
-        schema_name=m["schema_name"],
+        schema_name=m["schema_name"] or default_schema_name(m["event_type"]),
         schema_version=m["schema_version"],
         event_time=m["event_time"],
         ingest_time=m["ingest_time"],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl_cloud.envelope import EventEnvelope, format_time
+from noetl_cloud.envelope import EventEnvelope, default_schema_name, format_time
 from noetl_cloud.replay.upcasters import Event
 
 
@@ -32,7 +32,7 @@ def from_row(m: Any) -> Event:
         "aggregate_id": m["aggregate_id"],
         "aggregate_type": m["aggregate_type"],
         "event_type": m["event_type"],
-        "schema_name": m["schema_name"],
+        "schema_name": m["schema_name"] or default_schema_name(m["event_type"]),  # NULL: the default
         "schema_version": int(m["schema_version"]),
         "event_time": format_time(m["event_time"]),
         "ingest_time": format_time(m["ingest_time"]),

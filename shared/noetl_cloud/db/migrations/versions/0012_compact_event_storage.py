@@ -6,6 +6,8 @@
   the envelope's checksum), so the downgrade rebuilds the text keys from the events.
 * ``event.envelope_checksum`` is stored as its 32 bytes (``bytea``) instead of 64 hex characters; the
   readers hand it out as hex again, the archive keeps hex.
+* ``event.schema_name`` is NULL when it is the default, ``noetl.<event_type>`` (every event the runtime
+  writes): the readers rebuild it (``noetl_cloud.envelope.default_schema_name``).
 
 Both rewrite their tables (``ALTER ... TYPE`` rewrites every partition of ``event``): on a large
 database run it in a maintenance window.
@@ -44,15 +46,22 @@ def upgrade() -> None:
     op.drop_table("event_key")
     op.rename_table("event_key_digest", "event_key")
     op.execute("ALTER TABLE event_key RENAME CONSTRAINT pk_event_key_digest TO pk_event_key")
-    # A checksum the store wrote is 64 lower-case hex digits; anything else keeps its bytes (never fails).
+    # One rewrite of every partition for both columns. A checksum the store wrote is 64 lower-case hex
+    # digits; anything else keeps its bytes (the upgrade never fails on a row).
+    op.alter_column("event", "schema_name", nullable=True)
     op.execute(
         "ALTER TABLE event ALTER COLUMN envelope_checksum TYPE bytea USING CASE WHEN envelope_checksum ~ "
-        "'^([0-9a-f]{2})*$' THEN decode(envelope_checksum, 'hex') ELSE convert_to(envelope_checksum, 'UTF8') END"
+        "'^([0-9a-f]{2})*$' THEN decode(envelope_checksum, 'hex') ELSE convert_to(envelope_checksum, 'UTF8') END, "
+        "ALTER COLUMN schema_name TYPE text USING NULLIF(schema_name, 'noetl.' || event_type)"
     )
 
 
 def downgrade() -> None:
-    op.execute("ALTER TABLE event ALTER COLUMN envelope_checksum TYPE text USING encode(envelope_checksum, 'hex')")
+    op.execute(
+        "ALTER TABLE event ALTER COLUMN envelope_checksum TYPE text USING encode(envelope_checksum, 'hex'), "
+        "ALTER COLUMN schema_name TYPE text USING coalesce(schema_name, 'noetl.' || event_type)"
+    )
+    op.alter_column("event", "schema_name", nullable=False)
     op.create_table(
         "event_key_text",
         sa.Column("idempotency_key", sa.Text, nullable=False),
