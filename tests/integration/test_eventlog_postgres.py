@@ -150,16 +150,25 @@ def test_a_key_reused_with_another_event_is_refused_by_its_digest(db_engine: Eng
         )
 
 
-def test_a_default_schema_name_is_not_stored_and_reads_back_whole(db_engine: Engine) -> None:
+def test_fields_that_repeat_the_execution_are_not_stored_and_read_back_whole(db_engine: Engine) -> None:
     store = PostgresEventStore(db_engine)
     stream = new_stream()
-    default, custom = make_event(stream), make_event(stream).model_copy(update={"schema_name": "acme.step.done"})
-    sealed = store.append(stream, [default, custom])
+    execution = stream.split("/")[1]
+    usual = make_event(stream).model_copy(update={"aggregate_id": execution})  # correlation: the execution id
+    own = make_event(stream).model_copy(update={"schema_name": "acme.step.done", "correlation_id": None})
+    sealed = store.append(stream, [usual, own])
     with db_engine.connect() as conn:
         stored = conn.execute(
-            text("SELECT schema_name FROM event WHERE stream_id = :s ORDER BY stream_version"), {"s": stream}
-        ).scalars()
-        assert list(stored) == [None, "acme.step.done"]
+            text(
+                "SELECT schema_name, aggregate_id, correlation_id FROM event WHERE stream_id = :s "
+                "ORDER BY stream_version"
+            ),
+            {"s": stream},
+        ).all()
+    assert [tuple(r) for r in stored] == [(None, None, None), ("acme.step.done", stream, "\x01")]
     read = store.read_stream(stream)
-    assert [e.schema_name for e in read] == ["noetl.step.done", "acme.step.done"]
+    assert [(e.schema_name, e.aggregate_id, e.correlation_id) for e in read] == [
+        ("noetl.step.done", execution, execution),
+        ("acme.step.done", stream, None),
+    ]
     assert [e.to_json() for e in read] == [e.to_json() for e in sealed] and all(e.verify_checksum() for e in read)

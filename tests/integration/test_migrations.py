@@ -118,23 +118,24 @@ def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_data
     engine = create_db_engine(Settings(database_url=empty_database_url), pool_size=1)
     columns = (
         "event_id, tenant_id, organization_id, execution_id, stream_id, stream_version, aggregate_id, aggregate_type, "
-        "event_type, schema_name, schema_version, event_time, ingest_time, producer, idempotency_key, envelope_checksum"
+        "event_type, schema_name, schema_version, event_time, ingest_time, producer, idempotency_key, "
+        "envelope_checksum, correlation_id"
     )
     checksum = "0123456789abcdef" * 4
     try:
         migrate.upgrade(engine, "0011")
         with engine.begin() as conn:
-            for n, key, digest, schema in (
-                (1, "t/o/7/k1", checksum, "noetl.step.done"),  # the default schema name
-                (2, None, checksum, "custom.schema"),
-                (3, "t/o/7/ключ", "not-hex", "noetl.step"),
+            for n, key, digest, schema, aggregate, correlation in (
+                (1, "t/o/7/k1", checksum, "noetl.step.done", "7", "7"),  # the defaults
+                (2, None, checksum, "custom.schema", "a", None),
+                (3, "t/o/7/ключ", "not-hex", "noetl.step", "a", "c"),
             ):
                 conn.execute(
                     text(
-                        f"INSERT INTO event ({columns}) VALUES (:id, 't', 'o', 7, 's', :n, 'a', 'x', 'step.done', "
-                        ":schema, 1, now(), now(), 'p', :key, :c)"
+                        f"INSERT INTO event ({columns}) VALUES (:id, 't', 'o', 7, 's', :n, :a, 'x', 'step.done', "
+                        ":schema, 1, now(), now(), 'p', :key, :c, :corr)"
                     ),
-                    {"id": n, "n": n, "key": key, "c": digest, "schema": schema},
+                    {"id": n, "n": n, "key": key, "c": digest, "schema": schema, "a": aggregate, "corr": correlation},
                 )
                 if key is not None:
                     conn.execute(text("INSERT INTO event_key VALUES (:k, :id)"), {"k": key, "id": n})
@@ -144,15 +145,27 @@ def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_data
             assert [tuple(k) for k in keys] == [(key_digest("t/o/7/k1"), 1), (key_digest("t/o/7/ключ"), 3)]
             stored = conn.execute(text("SELECT envelope_checksum FROM event ORDER BY event_id")).scalars().all()
             assert [bytes(c) for c in stored] == [bytes.fromhex(checksum)] * 2 + [b"not-hex"]  # never fails
-            schemas = conn.execute(text("SELECT schema_name FROM event ORDER BY event_id")).scalars().all()
-            assert schemas == [None, "custom.schema", "noetl.step"]  # only the default is left out
+            compact = conn.execute(
+                text("SELECT schema_name, aggregate_id, correlation_id FROM event ORDER BY event_id")
+            ).all()
+            assert [tuple(r) for r in compact] == [  # only the defaults are left out
+                (None, None, None),
+                ("custom.schema", "a", "\x01"),  # no correlation, though it has an execution
+                ("noetl.step", "a", "c"),
+            ]
         migrate.downgrade(engine, "0011")
         with engine.begin() as conn:
             keys = conn.execute(text("SELECT idempotency_key, event_id FROM event_key ORDER BY event_id")).all()
             assert [tuple(k) for k in keys] == [("t/o/7/k1", 1), ("t/o/7/ключ", 3)]  # the texts, from the events
             back = conn.execute(text("SELECT envelope_checksum FROM event ORDER BY event_id")).scalars().all()
             assert back[:2] == [checksum, checksum]
-            schemas = conn.execute(text("SELECT schema_name FROM event ORDER BY event_id")).scalars().all()
-            assert schemas == ["noetl.step.done", "custom.schema", "noetl.step"]
+            whole = conn.execute(
+                text("SELECT schema_name, aggregate_id, correlation_id FROM event ORDER BY event_id")
+            ).all()
+            assert [tuple(r) for r in whole] == [
+                ("noetl.step.done", "7", "7"),
+                ("custom.schema", "a", None),
+                ("noetl.step", "a", "c"),
+            ]
     finally:
         engine.dispose()

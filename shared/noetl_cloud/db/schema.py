@@ -58,10 +58,12 @@ event = Table(
     Column("execution_id", BigInteger, nullable=True),
     Column("stream_id", Text, nullable=False),
     Column("stream_version", BigInteger, nullable=False),
-    Column("aggregate_id", Text, nullable=False),
+    # NULL: the execution id; the default schema name noetl.<event_type>; the execution id or no correlation
+    # (noetl_cloud.eventlog.stored, migration 0012).
+    Column("aggregate_id", Text, nullable=True),
     Column("aggregate_type", Text, nullable=False),
     Column("event_type", Text, nullable=False),
-    Column("schema_name", Text, nullable=True),  # NULL: the default, noetl.<event_type> (migration 0012)
+    Column("schema_name", Text, nullable=True),
     Column("schema_version", Integer, nullable=False),
     Column("event_time", DateTime(timezone=True), nullable=False),
     Column("ingest_time", DateTime(timezone=True), nullable=False),

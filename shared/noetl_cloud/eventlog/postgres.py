@@ -26,7 +26,7 @@ from noetl_cloud.db.schema import event as event_table
 from noetl_cloud.db.schema import event_key as key_table
 from noetl_cloud.db.schema import outbox as outbox_table
 from noetl_cloud.db.schema import stream as stream_table
-from noetl_cloud.envelope import EventEnvelope, PayloadRef, default_schema_name, utc_now
+from noetl_cloud.envelope import EventEnvelope, PayloadRef, utc_now
 from noetl_cloud.eventlog.keys import key_digest
 from noetl_cloud.eventlog.outbox import mirror_messages
 from noetl_cloud.eventlog.port import (
@@ -36,6 +36,7 @@ from noetl_cloud.eventlog.port import (
     check_batch,
 )
 from noetl_cloud.eventlog.relay import OutboxRow
+from noetl_cloud.eventlog.stored import envelope_fields, stored_fields
 
 _BUMP_ANY = text(
     "INSERT INTO stream (stream_id, version) VALUES (:stream_id, :n) "
@@ -64,6 +65,14 @@ _RETURNING_OUTBOX = "RETURNING outbox_id, event_id, topic"
 
 
 def _row(envelope: EventEnvelope) -> dict[str, Any]:
+    # Left out when they are the defaults (NULL), rebuilt by every reader: noetl_cloud.eventlog.stored.
+    compact = stored_fields(
+        event_type=envelope.event_type,
+        execution_id=envelope.execution_id,
+        schema_name=envelope.schema_name,
+        aggregate_id=envelope.aggregate_id,
+        correlation_id=envelope.correlation_id,
+    )
     return {
         "event_id": int(envelope.event_id),
         "tenant_id": envelope.tenant_id,
@@ -71,19 +80,16 @@ def _row(envelope: EventEnvelope) -> dict[str, Any]:
         "execution_id": int(envelope.execution_id) if envelope.execution_id else None,
         "stream_id": envelope.stream_id,
         "stream_version": envelope.stream_version,
-        "aggregate_id": envelope.aggregate_id,
+        "aggregate_id": compact["aggregate_id"],
         "aggregate_type": envelope.aggregate_type,
         "event_type": envelope.event_type,
-        # The default (``noetl.<event_type>``) is not stored: NULL, rebuilt by the readers (migration 0012).
-        "schema_name": None
-        if envelope.schema_name == default_schema_name(envelope.event_type)
-        else envelope.schema_name,
+        "schema_name": compact["schema_name"],
         "schema_version": envelope.schema_version,
         "event_time": envelope.event_time,
         "ingest_time": envelope.ingest_time,
         "producer": envelope.producer,
         "causation_id": envelope.causation_id,
-        "correlation_id": envelope.correlation_id,
+        "correlation_id": compact["correlation_id"],
         "idempotency_key": envelope.idempotency_key,
         "payload": envelope.payload,
         "payload_ref": envelope.payload_ref.model_dump(mode="json") if envelope.payload_ref else None,
@@ -103,22 +109,20 @@ def checksum_hex(value: Any) -> str | None:
 def envelope_from_row(row: Any) -> EventEnvelope:
     m = row._mapping
     return EventEnvelope(
+        **envelope_fields(m),
         event_id=str(m["event_id"]),
         tenant_id=m["tenant_id"],
         organization_id=m["organization_id"],
         execution_id=None if m["execution_id"] is None else str(m["execution_id"]),
         stream_id=m["stream_id"],
         stream_version=m["stream_version"],
-        aggregate_id=m["aggregate_id"],
         aggregate_type=m["aggregate_type"],
         event_type=m["event_type"],
-        schema_name=m["schema_name"] or default_schema_name(m["event_type"]),
         schema_version=m["schema_version"],
         event_time=m["event_time"],
         ingest_time=m["ingest_time"],
         producer=m["producer"],
         causation_id=m["causation_id"],
-        correlation_id=m["correlation_id"],
         idempotency_key=m["idempotency_key"],
         payload=m["payload"],
         payload_ref=PayloadRef(**m["payload_ref"]) if m["payload_ref"] else None,

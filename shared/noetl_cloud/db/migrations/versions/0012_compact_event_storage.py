@@ -7,7 +7,8 @@
 * ``event.envelope_checksum`` is stored as its 32 bytes (``bytea``) instead of 64 hex characters; the
   readers hand it out as hex again, the archive keeps hex.
 * ``event.schema_name`` is NULL when it is the default, ``noetl.<event_type>`` (every event the runtime
-  writes): the readers rebuild it (``noetl_cloud.envelope.default_schema_name``).
+  writes), ``aggregate_id`` when it is the execution id, ``correlation_id`` when it is the execution id
+  (no correlation becomes ``chr(1)``): the readers rebuild them (``noetl_cloud.eventlog.stored``).
 
 Both rewrite their tables (``ALTER ... TYPE`` rewrites every partition of ``event``): on a large
 database run it in a maintenance window.
@@ -28,6 +29,8 @@ down_revision = "0011"
 branch_labels = None
 depends_on = None
 
+# noetl_cloud.eventlog.stored.ESCAPE, as SQL.
+_ESCAPE = "chr(1)"
 # noetl_cloud.eventlog.keys.KEY_DIGEST_SQL, as of this revision.
 _DIGEST = "CAST(encode(substring(sha256(convert_to({}, 'UTF8')) FROM 1 FOR 16), 'hex') AS uuid)"
 
@@ -49,19 +52,30 @@ def upgrade() -> None:
     # One rewrite of every partition for both columns. A checksum the store wrote is 64 lower-case hex
     # digits; anything else keeps its bytes (the upgrade never fails on a row).
     op.alter_column("event", "schema_name", nullable=True)
+    op.alter_column("event", "aggregate_id", nullable=True)
     op.execute(
         "ALTER TABLE event ALTER COLUMN envelope_checksum TYPE bytea USING CASE WHEN envelope_checksum ~ "
         "'^([0-9a-f]{2})*$' THEN decode(envelope_checksum, 'hex') ELSE convert_to(envelope_checksum, 'UTF8') END, "
-        "ALTER COLUMN schema_name TYPE text USING NULLIF(schema_name, 'noetl.' || event_type)"
+        "ALTER COLUMN schema_name TYPE text USING NULLIF(schema_name, 'noetl.' || event_type), "
+        "ALTER COLUMN aggregate_id TYPE text USING CASE WHEN aggregate_id = execution_id::text THEN NULL "
+        "ELSE aggregate_id END, "
+        f"ALTER COLUMN correlation_id TYPE text USING CASE WHEN correlation_id IS NULL AND execution_id IS NOT NULL "
+        f"THEN {_ESCAPE} WHEN correlation_id = execution_id::text THEN NULL WHEN left(correlation_id, 1) = {_ESCAPE} "
+        f"THEN {_ESCAPE} || correlation_id ELSE correlation_id END"
     )
 
 
 def downgrade() -> None:
     op.execute(
         "ALTER TABLE event ALTER COLUMN envelope_checksum TYPE text USING encode(envelope_checksum, 'hex'), "
-        "ALTER COLUMN schema_name TYPE text USING coalesce(schema_name, 'noetl.' || event_type)"
+        "ALTER COLUMN schema_name TYPE text USING coalesce(schema_name, 'noetl.' || event_type), "
+        "ALTER COLUMN aggregate_id TYPE text USING coalesce(aggregate_id, execution_id::text), "
+        f"ALTER COLUMN correlation_id TYPE text USING CASE WHEN correlation_id IS NULL THEN execution_id::text "
+        f"WHEN correlation_id = {_ESCAPE} THEN NULL WHEN left(correlation_id, 1) = {_ESCAPE} "
+        "THEN substr(correlation_id, 2) ELSE correlation_id END"
     )
     op.alter_column("event", "schema_name", nullable=False)
+    op.alter_column("event", "aggregate_id", nullable=False)
     op.create_table(
         "event_key_text",
         sa.Column("idempotency_key", sa.Text, nullable=False),

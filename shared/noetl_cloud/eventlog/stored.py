@@ -1,0 +1,65 @@
+"""What an ``event`` row leaves out of its envelope, and how the readers put it back (migration 0012).
+
+Most of an execution's events name their execution again as ``aggregate_id`` (the execution aggregate)
+and as ``correlation_id`` (the default correlation), and carry the default ``schema_name``
+(``noetl.<event_type>``). The row stores NULL for each of those; every reader of ``event`` rows (the
+event store, replay's :func:`noetl_cloud.replay.events.from_row`, so the archive too) rebuilds them:
+
+* ``schema_name``: NULL is the default (the envelope requires a schema name).
+* ``aggregate_id``: NULL is the execution id (the envelope requires an aggregate id).
+* ``correlation_id`` may itself be absent, so it needs one more form: NULL is the execution id (or no
+  correlation when the event has no execution), :data:`ESCAPE` alone is no correlation, and a value
+  that starts with :data:`ESCAPE` is stored with one more in front.
+
+The envelope is rebuilt exactly (its checksum verifies); SQL that filters on these columns must
+allow for the NULL (nothing in the runtime does: only the readers above select them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from noetl_cloud.envelope import default_schema_name
+
+ESCAPE = "\x01"
+
+
+def _execution(execution_id: Any) -> str | None:
+    return None if execution_id is None else str(int(execution_id))  # as the row gives it back
+
+
+def stored_fields(
+    *, event_type: str, execution_id: str | None, schema_name: str, aggregate_id: str, correlation_id: str | None
+) -> dict[str, str | None]:
+    """The stored form of the three columns."""
+    execution = _execution(execution_id)
+    if correlation_id is None:
+        correlation = None if execution is None else ESCAPE
+    elif correlation_id == execution:
+        correlation = None
+    else:
+        correlation = ESCAPE + correlation_id if correlation_id.startswith(ESCAPE) else correlation_id
+    return {
+        "schema_name": None if schema_name == default_schema_name(event_type) else schema_name,
+        "aggregate_id": None if execution is not None and aggregate_id == execution else aggregate_id,
+        "correlation_id": correlation,
+    }
+
+
+def envelope_fields(row: Mapping[str, Any]) -> dict[str, str | None]:
+    """The three envelope fields of a stored row (a mapping with ``event_type``, ``execution_id`` and the
+    three columns)."""
+    execution = _execution(row["execution_id"])
+    correlation = row["correlation_id"]
+    if correlation is None:
+        correlation = execution
+    elif correlation == ESCAPE:
+        correlation = None
+    elif correlation.startswith(ESCAPE):
+        correlation = correlation[1:]
+    return {
+        "schema_name": row["schema_name"] or default_schema_name(row["event_type"]),
+        "aggregate_id": row["aggregate_id"] if row["aggregate_id"] is not None else execution,
+        "correlation_id": correlation,
+    }
