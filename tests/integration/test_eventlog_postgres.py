@@ -160,12 +160,15 @@ def test_fields_that_repeat_the_execution_are_not_stored_and_read_back_whole(db_
     with db_engine.connect() as conn:
         stored = conn.execute(
             text(
-                "SELECT schema_name, aggregate_id, correlation_id FROM event WHERE stream_id = :s "
+                "SELECT schema_name, aggregate_id, correlation_id, producer FROM event WHERE stream_id = :s "
                 "ORDER BY stream_version"
             ),
             {"s": stream},
         ).all()
-    assert [tuple(r) for r in stored] == [(None, None, None), ("acme.step.done", stream, "\x01")]
+    assert [tuple(r) for r in stored] == [
+        (None, None, None, "noetl://test"),  # the contract factory's producer is not under its tenant's prefix
+        ("acme.step.done", stream, "\x01", "noetl://test"),
+    ]
     read = store.read_stream(stream)
     assert [(e.schema_name, e.aggregate_id, e.correlation_id) for e in read] == [
         ("noetl.step.done", execution, execution),

@@ -122,6 +122,7 @@ def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_data
         "envelope_checksum, correlation_id"
     )
     checksum = "0123456789abcdef" * 4
+    producers = ["noetl://tenant/t/org/o/role/execute/node/1", "\x02p", "p"]
     try:
         migrate.upgrade(engine, "0011")
         with engine.begin() as conn:
@@ -133,9 +134,10 @@ def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_data
                 conn.execute(
                     text(
                         f"INSERT INTO event ({columns}) VALUES (:id, 't', 'o', 7, 's', :n, :a, 'x', 'step.done', "
-                        ":schema, 1, now(), now(), 'p', :key, :c, :corr)"
+                        ":schema, 1, now(), now(), :p, :key, :c, :corr)"
                     ),
-                    {"id": n, "n": n, "key": key, "c": digest, "schema": schema, "a": aggregate, "corr": correlation},
+                    {"id": n, "n": n, "key": key, "c": digest, "schema": schema, "a": aggregate, "corr": correlation}
+                    | {"p": producers[n - 1]},
                 )
                 if key is not None:
                     conn.execute(text("INSERT INTO event_key VALUES (:k, :id)"), {"k": key, "id": n})
@@ -146,12 +148,12 @@ def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_data
             stored = conn.execute(text("SELECT envelope_checksum FROM event ORDER BY event_id")).scalars().all()
             assert [bytes(c) for c in stored] == [bytes.fromhex(checksum)] * 2 + [b"not-hex"]  # never fails
             compact = conn.execute(
-                text("SELECT schema_name, aggregate_id, correlation_id FROM event ORDER BY event_id")
+                text("SELECT schema_name, aggregate_id, correlation_id, producer FROM event ORDER BY event_id")
             ).all()
             assert [tuple(r) for r in compact] == [  # only the defaults are left out
-                (None, None, None),
-                ("custom.schema", "a", "\x01"),  # no correlation, though it has an execution
-                ("noetl.step", "a", "c"),
+                (None, None, None, "\x01role/execute/node/1"),
+                ("custom.schema", "a", "\x01", "\x02\x02p"),  # no correlation, though it has an execution
+                ("noetl.step", "a", "c", "p"),
             ]
         migrate.downgrade(engine, "0011")
         with engine.begin() as conn:
@@ -160,12 +162,12 @@ def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_data
             back = conn.execute(text("SELECT envelope_checksum FROM event ORDER BY event_id")).scalars().all()
             assert back[:2] == [checksum, checksum]
             whole = conn.execute(
-                text("SELECT schema_name, aggregate_id, correlation_id FROM event ORDER BY event_id")
+                text("SELECT schema_name, aggregate_id, correlation_id, producer FROM event ORDER BY event_id")
             ).all()
             assert [tuple(r) for r in whole] == [
-                ("noetl.step.done", "7", "7"),
-                ("custom.schema", "a", None),
-                ("noetl.step", "a", "c"),
+                ("noetl.step.done", "7", "7", producers[0]),
+                ("custom.schema", "a", None, producers[1]),
+                ("noetl.step", "a", "c", "p"),
             ]
     finally:
         engine.dispose()

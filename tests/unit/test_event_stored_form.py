@@ -4,40 +4,55 @@ from __future__ import annotations
 
 import pytest
 
-from noetl_cloud.eventlog.stored import ESCAPE, envelope_fields, stored_fields
+from noetl_cloud.eventlog.stored import ESCAPE, LITERAL, envelope_fields, stored_fields
 
 EXECUTION = "384572860948287488"
+OWN = "noetl://tenant/acme/org/ops/role/execute/node/321"
 CASES = [
-    # (execution_id, aggregate_id, correlation_id, schema_name)
-    (EXECUTION, EXECUTION, EXECUTION, "noetl.step.done"),  # every default: all three left out
-    (EXECUTION, "384572860956676099", "other", "acme.step"),  # none of them
-    (EXECUTION, EXECUTION, None, "noetl.step.done"),  # no correlation, though the event has an execution
-    (None, "catalog/1", None, "noetl.step.done"),
-    (None, "catalog/1", "c", "noetl.step.done"),
-    (EXECUTION, EXECUTION, "", "noetl.step.done"),
-    (EXECUTION, EXECUTION, ESCAPE, "noetl.step.done"),  # values that start with the escape
-    (EXECUTION, EXECUTION, ESCAPE + "x", "noetl.step.done"),
-    (EXECUTION, EXECUTION, ESCAPE + ESCAPE, "noetl.step.done"),
-    (EXECUTION, "0" + EXECUTION, "0" + EXECUTION, "noetl.step.don"),  # not the execution id's own text
+    # (execution_id, aggregate_id, correlation_id, schema_name, producer)
+    (EXECUTION, EXECUTION, EXECUTION, "noetl.step.done", OWN),  # every default: all four left out
+    (EXECUTION, "384572860956676099", "other", "acme.step", "noetl://tenant/acme/org/other/role/x"),  # none
+    (EXECUTION, EXECUTION, None, "noetl.step.done", OWN),  # no correlation, though the event has an execution
+    (None, "catalog/1", None, "noetl.step.done", "noetl://tenant/acme/org/ops/"),
+    (None, "catalog/1", "c", "noetl.step.done", "test"),
+    (EXECUTION, EXECUTION, "", "noetl.step.done", "noetl://tenant/acme/org/ops"),  # not the whole prefix
+    (EXECUTION, EXECUTION, ESCAPE, "noetl.step.done", ESCAPE),  # values that start with the markers
+    (EXECUTION, EXECUTION, ESCAPE + "x", "noetl.step.done", LITERAL + "x"),
+    (EXECUTION, EXECUTION, ESCAPE + ESCAPE, "noetl.step.done", ESCAPE + LITERAL),
+    (EXECUTION, "0" + EXECUTION, "0" + EXECUTION, "noetl.step.don", "noetl://tenant/acme/org/ops/" + ESCAPE),
 ]
 
 
-@pytest.mark.parametrize(("execution_id", "aggregate_id", "correlation_id", "schema_name"), CASES)
+@pytest.mark.parametrize(("execution_id", "aggregate_id", "correlation_id", "schema_name", "producer"), CASES)
 def test_the_stored_form_rebuilds_exactly_what_was_given(
-    execution_id: str | None, aggregate_id: str, correlation_id: str | None, schema_name: str
+    execution_id: str | None, aggregate_id: str, correlation_id: str | None, schema_name: str, producer: str
 ) -> None:
-    given = {"schema_name": schema_name, "aggregate_id": aggregate_id, "correlation_id": correlation_id}
-    stored = stored_fields(event_type="step.done", execution_id=execution_id, **given)
-    row = {"event_type": "step.done", "execution_id": None if execution_id is None else int(execution_id), **stored}
-    assert envelope_fields(row) == given
+    given = {
+        "schema_name": schema_name,
+        "aggregate_id": aggregate_id,
+        "correlation_id": correlation_id,
+        "producer": producer,
+    }
+    scope = {"tenant_id": "acme", "organization_id": "ops"}
+    stored = stored_fields(event_type="step.done", execution_id=execution_id, **scope, **given)
+    row = {"event_type": "step.done", "execution_id": None if execution_id is None else int(execution_id)}
+    assert envelope_fields({**row, **scope, **stored}) == given
 
 
-def test_the_runtimes_usual_event_stores_none_of_the_three() -> None:
+def test_the_runtimes_usual_event_stores_none_of_the_repeats() -> None:
     stored = stored_fields(
+        tenant_id="acme",
+        organization_id="ops",
         event_type="command.issued",
         execution_id=EXECUTION,
         schema_name="noetl.command.issued",
         aggregate_id=EXECUTION,
         correlation_id=EXECUTION,
+        producer=OWN,
     )
-    assert stored == {"schema_name": None, "aggregate_id": None, "correlation_id": None}
+    assert stored == {
+        "schema_name": None,
+        "aggregate_id": None,
+        "correlation_id": None,
+        "producer": ESCAPE + "role/execute/node/321",
+    }

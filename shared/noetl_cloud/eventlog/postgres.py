@@ -67,6 +67,9 @@ _RETURNING_OUTBOX = "RETURNING outbox_id, event_id, topic"
 def _row(envelope: EventEnvelope) -> dict[str, Any]:
     # Left out when they are the defaults (NULL), rebuilt by every reader: noetl_cloud.eventlog.stored.
     compact = stored_fields(
+        tenant_id=envelope.tenant_id,
+        organization_id=envelope.organization_id,
+        producer=envelope.producer,
         event_type=envelope.event_type,
         execution_id=envelope.execution_id,
         schema_name=envelope.schema_name,
@@ -87,7 +90,7 @@ def _row(envelope: EventEnvelope) -> dict[str, Any]:
         "schema_version": envelope.schema_version,
         "event_time": envelope.event_time,
         "ingest_time": envelope.ingest_time,
-        "producer": envelope.producer,
+        "producer": compact["producer"],
         "causation_id": envelope.causation_id,
         "correlation_id": compact["correlation_id"],
         "idempotency_key": envelope.idempotency_key,
@@ -121,7 +124,6 @@ def envelope_from_row(row: Any) -> EventEnvelope:
         schema_version=m["schema_version"],
         event_time=m["event_time"],
         ingest_time=m["ingest_time"],
-        producer=m["producer"],
         causation_id=m["causation_id"],
         idempotency_key=m["idempotency_key"],
         payload=m["payload"],

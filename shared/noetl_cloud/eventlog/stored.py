@@ -1,15 +1,19 @@
 """What an ``event`` row leaves out of its envelope, and how the readers put it back (migration 0012).
 
 Most of an execution's events name their execution again as ``aggregate_id`` (the execution aggregate)
-and as ``correlation_id`` (the default correlation), and carry the default ``schema_name``
-(``noetl.<event_type>``). The row stores NULL for each of those; every reader of ``event`` rows (the
-event store, replay's :func:`noetl_cloud.replay.events.from_row`, so the archive too) rebuilds them:
+and as ``correlation_id`` (the default correlation), carry the default ``schema_name``
+(``noetl.<event_type>``) and a ``producer`` that repeats the tenant and organization
+(``noetl://tenant/<t>/org/<o>/role/...``). The row stores NULL for the first three and the producer
+relative to its tenant and organization; every reader of ``event`` rows (the event store, replay's
+:func:`noetl_cloud.replay.events.from_row`, so the archive too) rebuilds them:
 
 * ``schema_name``: NULL is the default (the envelope requires a schema name).
 * ``aggregate_id``: NULL is the execution id (the envelope requires an aggregate id).
 * ``correlation_id`` may itself be absent, so it needs one more form: NULL is the execution id (or no
   correlation when the event has no execution), :data:`ESCAPE` alone is no correlation, and a value
   that starts with :data:`ESCAPE` is stored with one more in front.
+* ``producer``: :data:`ESCAPE` then the rest after ``noetl://tenant/<t>/org/<o>/``; a producer that
+  does not start so but starts with :data:`ESCAPE` or :data:`LITERAL` is stored after a :data:`LITERAL`.
 
 The envelope is rebuilt exactly (its checksum verifies); SQL that filters on these columns must
 allow for the NULL (nothing in the runtime does: only the readers above select them).
@@ -23,6 +27,12 @@ from typing import Any
 from noetl_cloud.envelope import default_schema_name
 
 ESCAPE = "\x01"
+LITERAL = "\x02"
+
+
+def producer_prefix(tenant_id: str, organization_id: str) -> str:
+    """The start of the producers of a tenant's organization (``noetl://tenant/<t>/org/<o>/``)."""
+    return f"noetl://tenant/{tenant_id}/org/{organization_id}/"
 
 
 def _execution(execution_id: Any) -> str | None:
@@ -30,9 +40,22 @@ def _execution(execution_id: Any) -> str | None:
 
 
 def stored_fields(
-    *, event_type: str, execution_id: str | None, schema_name: str, aggregate_id: str, correlation_id: str | None
+    *,
+    tenant_id: str,
+    organization_id: str,
+    event_type: str,
+    execution_id: str | None,
+    schema_name: str,
+    aggregate_id: str,
+    correlation_id: str | None,
+    producer: str,
 ) -> dict[str, str | None]:
-    """The stored form of the three columns."""
+    """The stored form of the four columns."""
+    prefix = producer_prefix(tenant_id, organization_id)
+    if producer.startswith(prefix):
+        stored_producer = ESCAPE + producer[len(prefix) :]
+    else:
+        stored_producer = LITERAL + producer if producer[:1] in (ESCAPE, LITERAL) else producer
     execution = _execution(execution_id)
     if correlation_id is None:
         correlation = None if execution is None else ESCAPE
@@ -44,12 +67,13 @@ def stored_fields(
         "schema_name": None if schema_name == default_schema_name(event_type) else schema_name,
         "aggregate_id": None if execution is not None and aggregate_id == execution else aggregate_id,
         "correlation_id": correlation,
+        "producer": stored_producer,
     }
 
 
 def envelope_fields(row: Mapping[str, Any]) -> dict[str, str | None]:
-    """The three envelope fields of a stored row (a mapping with ``event_type``, ``execution_id`` and the
-    three columns)."""
+    """The four envelope fields of a stored row (a mapping with ``tenant_id``, ``organization_id``,
+    ``event_type``, ``execution_id`` and the four columns)."""
     execution = _execution(row["execution_id"])
     correlation = row["correlation_id"]
     if correlation is None:
@@ -58,7 +82,13 @@ def envelope_fields(row: Mapping[str, Any]) -> dict[str, str | None]:
         correlation = None
     elif correlation.startswith(ESCAPE):
         correlation = correlation[1:]
+    producer = row["producer"]
+    if producer[:1] == ESCAPE:
+        producer = producer_prefix(row["tenant_id"], row["organization_id"]) + producer[1:]
+    elif producer[:1] == LITERAL:
+        producer = producer[1:]
     return {
+        "producer": producer,
         "schema_name": row["schema_name"] or default_schema_name(row["event_type"]),
         "aggregate_id": row["aggregate_id"] if row["aggregate_id"] is not None else execution,
         "correlation_id": correlation,

@@ -41,7 +41,7 @@ def from_row(m: Any) -> Event:
         "causation_id": m["causation_id"],
         "correlation_id": stored["correlation_id"],
         "idempotency_key": m["idempotency_key"],
-        "producer": m["producer"],
+        "producer": stored["producer"],
         "payload": m["payload"] or {},
         "payload_ref": m["payload_ref"],
         "meta": m["meta"] or {},

@@ -86,6 +86,9 @@ def decode(data: bytes) -> list[dict[str, Any]]:
         if whole:  # archived before 0012: its envelope fields whole, as the stored form
             row.update(
                 stored_fields(
+                    tenant_id=row["tenant_id"],
+                    organization_id=row["organization_id"],
+                    producer=row["producer"],
                     event_type=row["event_type"],
                     execution_id=None if row["execution_id"] is None else str(row["execution_id"]),
                     schema_name=row["schema_name"],

@@ -8,7 +8,9 @@
   readers hand it out as hex again, the archive keeps hex.
 * ``event.schema_name`` is NULL when it is the default, ``noetl.<event_type>`` (every event the runtime
   writes), ``aggregate_id`` when it is the execution id, ``correlation_id`` when it is the execution id
-  (no correlation becomes ``chr(1)``): the readers rebuild them (``noetl_cloud.eventlog.stored``).
+  (no correlation becomes ``chr(1)``), and ``producer`` is stored after its tenant and organization's
+  ``noetl://tenant/<t>/org/<o>/`` (``chr(1)`` in front): the readers rebuild them
+  (``noetl_cloud.eventlog.stored``).
 
 Both rewrite their tables (``ALTER ... TYPE`` rewrites every partition of ``event``): on a large
 database run it in a maintenance window.
@@ -29,8 +31,10 @@ down_revision = "0011"
 branch_labels = None
 depends_on = None
 
-# noetl_cloud.eventlog.stored.ESCAPE, as SQL.
+# noetl_cloud.eventlog.stored's ESCAPE, LITERAL and producer_prefix(), as SQL.
 _ESCAPE = "chr(1)"
+_LITERAL = "chr(2)"
+_PREFIX = "('noetl://tenant/' || tenant_id || '/org/' || organization_id || '/')"
 # noetl_cloud.eventlog.keys.KEY_DIGEST_SQL, as of this revision.
 _DIGEST = "CAST(encode(substring(sha256(convert_to({}, 'UTF8')) FROM 1 FOR 16), 'hex') AS uuid)"
 
@@ -61,7 +65,10 @@ def upgrade() -> None:
         "ELSE aggregate_id END, "
         f"ALTER COLUMN correlation_id TYPE text USING CASE WHEN correlation_id IS NULL AND execution_id IS NOT NULL "
         f"THEN {_ESCAPE} WHEN correlation_id = execution_id::text THEN NULL WHEN left(correlation_id, 1) = {_ESCAPE} "
-        f"THEN {_ESCAPE} || correlation_id ELSE correlation_id END"
+        f"THEN {_ESCAPE} || correlation_id ELSE correlation_id END, "
+        f"ALTER COLUMN producer TYPE text USING CASE WHEN starts_with(producer, {_PREFIX}) "
+        f"THEN {_ESCAPE} || substr(producer, length({_PREFIX}) + 1) "
+        f"WHEN left(producer, 1) IN ({_ESCAPE}, {_LITERAL}) THEN {_LITERAL} || producer ELSE producer END"
     )
 
 
@@ -72,7 +79,10 @@ def downgrade() -> None:
         "ALTER COLUMN aggregate_id TYPE text USING coalesce(aggregate_id, execution_id::text), "
         f"ALTER COLUMN correlation_id TYPE text USING CASE WHEN correlation_id IS NULL THEN execution_id::text "
         f"WHEN correlation_id = {_ESCAPE} THEN NULL WHEN left(correlation_id, 1) = {_ESCAPE} "
-        "THEN substr(correlation_id, 2) ELSE correlation_id END"
+        "THEN substr(correlation_id, 2) ELSE correlation_id END, "
+        f"ALTER COLUMN producer TYPE text USING CASE WHEN left(producer, 1) = {_ESCAPE} "
+        f"THEN {_PREFIX} || substr(producer, 2) WHEN left(producer, 1) = {_LITERAL} THEN substr(producer, 2) "
+        "ELSE producer END"
     )
     op.alter_column("event", "schema_name", nullable=False)
     op.alter_column("event", "aggregate_id", nullable=False)
