@@ -12,6 +12,7 @@ from sqlalchemy import Engine, text
 import execute  # bench/execute.py
 from noetl_cloud.envelope import utc_now
 from noetl_cloud.eventlog.keys import KEY_DIGEST_SQL
+from noetl_cloud.eventlog.stored import KEY_TEXT_SQL
 from noetl_cloud.retention.partitions import first_id
 
 DB = "bench_scale"
@@ -107,8 +108,13 @@ def seed(engine: Engine, template: str, first: int, count: int, chunk: int = 20_
                         values.append(f"t.{column}")
                 order = f"ORDER BY {id_column}" if id_column else ""
                 if table == "event":  # its idempotency keys, as an append writes them (their digests)
-                    key = KEY_DIGEST_SQL.format(
-                        f"replace(t.idempotency_key, '{template}', ({bases['execution']} + g)::text)"
+                    key = KEY_DIGEST_SQL.format(  # the key's text, of the clone's execution
+                        KEY_TEXT_SQL.format(
+                            k=f"replace(t.idempotency_key, '{template}', ({bases['execution']} + g)::text)",
+                            t="t.tenant_id",
+                            o="t.organization_id",
+                            x=f"({bases['execution']} + g)",
+                        )
                     )
                     conn.execute(
                         text(

@@ -7,6 +7,7 @@ from noetl_cloud.db.schema import event, outbox
 from noetl_cloud.eventlog import DuplicateEventId, DuplicateIdempotencyKey
 from noetl_cloud.eventlog.keys import KEY_DIGEST_SQL, key_digest
 from noetl_cloud.eventlog.postgres import PostgresEventStore
+from noetl_cloud.eventlog.stored import KEY_TEXT_SQL
 from tests.contracts.eventlog import EventStoreContract, make_event, new_stream
 
 
@@ -112,14 +113,17 @@ def test_keys_are_stored_as_digests_that_sql_computes_the_same_way(db_engine: En
     the appends' Python digest (a mismatch would leave keys behind when their partition is dropped)."""
     store = PostgresEventStore(db_engine)
     stream = new_stream()
+    execution = stream.split("/")[1]
     keys = [f"{stream}/ключ/{'x' * 300}/1", f"{stream}/ключ/{'x' * 300}/2"]  # differ only at the end
+    keys.append(f"t1/o1/{execution}/command/1/issued")  # stored relative to its execution (eventlog.stored)
     sealed = store.append(stream, [make_event(stream, idempotency_key=k) for k in keys])
+    key_text = KEY_TEXT_SQL.format(k="e.idempotency_key", t="e.tenant_id", o="e.organization_id", x="e.execution_id")
     with db_engine.connect() as conn:
         rows = conn.execute(
             text(
-                f"SELECT k.key_digest, k.key_digest = {KEY_DIGEST_SQL.format('e.idempotency_key')} AS same, "
-                "pg_column_size(k.key_digest) AS size FROM event_key k JOIN event e ON e.event_id = k.event_id "
-                "WHERE e.stream_id = :s ORDER BY e.position"
+                f"SELECT k.key_digest, k.key_digest = {KEY_DIGEST_SQL.format(key_text)} AS same, "
+                f"pg_column_size(k.key_digest) AS size, {key_text} AS key, e.idempotency_key AS stored "
+                "FROM event_key k JOIN event e ON e.event_id = k.event_id WHERE e.stream_id = :s ORDER BY e.position"
             ),
             {"s": stream},
         ).all()
@@ -128,6 +132,8 @@ def test_keys_are_stored_as_digests_that_sql_computes_the_same_way(db_engine: En
         ).scalar_one()
     assert [r.key_digest for r in rows] == [key_digest(k) for k in keys]
     assert all(r.same for r in rows) and {r.size for r in rows} == {16}
+    assert [r.key for r in rows] == keys and rows[2].stored == "\x01command/1/issued"
+    assert [e.idempotency_key for e in store.read_stream(stream)] == keys
     assert bytes(checksum) == bytes.fromhex(sealed[0].envelope_checksum or "")  # 32 bytes, not 64 hex digits
 
 

@@ -127,7 +127,7 @@ def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_data
         migrate.upgrade(engine, "0011")
         with engine.begin() as conn:
             for n, key, digest, schema, aggregate, correlation in (
-                (1, "t/o/7/k1", checksum, "noetl.step.done", "7", "7"),  # the defaults
+                (1, "t/o/7/k1", checksum, "noetl.step.done", "7", "7"),  # the defaults (the key: its execution's)
                 (2, None, checksum, "custom.schema", "a", None),
                 (3, "t/o/7/ключ", "not-hex", "noetl.step", "a", "c"),
             ):
@@ -148,12 +148,15 @@ def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_data
             stored = conn.execute(text("SELECT envelope_checksum FROM event ORDER BY event_id")).scalars().all()
             assert [bytes(c) for c in stored] == [bytes.fromhex(checksum)] * 2 + [b"not-hex"]  # never fails
             compact = conn.execute(
-                text("SELECT schema_name, aggregate_id, correlation_id, producer FROM event ORDER BY event_id")
+                text(
+                    "SELECT schema_name, aggregate_id, correlation_id, producer, idempotency_key FROM event "
+                    "ORDER BY event_id"
+                )
             ).all()
             assert [tuple(r) for r in compact] == [  # only the defaults are left out
-                (None, None, None, "\x01role/execute/node/1"),
-                ("custom.schema", "a", "\x01", "\x02\x02p"),  # no correlation, though it has an execution
-                ("noetl.step", "a", "c", "p"),
+                (None, None, None, "\x01role/execute/node/1", "\x01k1"),
+                ("custom.schema", "a", "\x01", "\x02\x02p", None),  # no correlation, though it has an execution
+                ("noetl.step", "a", "c", "p", "\x01ключ"),
             ]
         migrate.downgrade(engine, "0011")
         with engine.begin() as conn:
@@ -162,12 +165,15 @@ def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_data
             back = conn.execute(text("SELECT envelope_checksum FROM event ORDER BY event_id")).scalars().all()
             assert back[:2] == [checksum, checksum]
             whole = conn.execute(
-                text("SELECT schema_name, aggregate_id, correlation_id, producer FROM event ORDER BY event_id")
+                text(
+                    "SELECT schema_name, aggregate_id, correlation_id, producer, idempotency_key FROM event "
+                    "ORDER BY event_id"
+                )
             ).all()
             assert [tuple(r) for r in whole] == [
-                ("noetl.step.done", "7", "7", producers[0]),
-                ("custom.schema", "a", None, producers[1]),
-                ("noetl.step", "a", "c", "p"),
+                ("noetl.step.done", "7", "7", producers[0], "t/o/7/k1"),
+                ("custom.schema", "a", None, producers[1], None),
+                ("noetl.step", "a", "c", "p", "t/o/7/ключ"),
             ]
     finally:
         engine.dispose()

@@ -2,9 +2,10 @@
 
 Most of an execution's events name their execution again as ``aggregate_id`` (the execution aggregate)
 and as ``correlation_id`` (the default correlation), carry the default ``schema_name``
-(``noetl.<event_type>``) and a ``producer`` that repeats the tenant and organization
-(``noetl://tenant/<t>/org/<o>/role/...``). The row stores NULL for the first three and the producer
-relative to its tenant and organization; every reader of ``event`` rows (the event store, replay's
+(``noetl.<event_type>``), a ``producer`` that repeats the tenant and organization
+(``noetl://tenant/<t>/org/<o>/role/...``) and an ``idempotency_key`` that repeats all three
+(``<t>/<o>/<execution>/...``). The row stores NULL for the first three, the producer and the key
+relative to what they repeat; every reader of ``event`` rows (the event store, replay's
 :func:`noetl_cloud.replay.events.from_row`, so the archive too) rebuilds them:
 
 * ``schema_name``: NULL is the default (the envelope requires a schema name).
@@ -14,6 +15,8 @@ relative to its tenant and organization; every reader of ``event`` rows (the eve
   that starts with :data:`ESCAPE` is stored with one more in front.
 * ``producer``: :data:`ESCAPE` then the rest after ``noetl://tenant/<t>/org/<o>/``; a producer that
   does not start so but starts with :data:`ESCAPE` or :data:`LITERAL` is stored after a :data:`LITERAL`.
+* ``idempotency_key``: the same, after ``<t>/<o>/<execution id>/`` (an event of an execution). SQL that
+  needs the key's text (retention, to digest it) rebuilds it with :data:`KEY_TEXT_SQL`.
 
 The envelope is rebuilt exactly (its checksum verifies); SQL that filters on these columns must
 allow for the NULL (nothing in the runtime does: only the readers above select them).
@@ -28,6 +31,31 @@ from noetl_cloud.envelope import default_schema_name
 
 ESCAPE = "\x01"
 LITERAL = "\x02"
+
+
+# The text of a stored key in SQL: ``{k}`` the stored key, ``{t}``, ``{o}``, ``{x}`` the row's tenant,
+# organization and execution id (SQL expressions of the caller's code).
+KEY_TEXT_SQL = (
+    "CASE WHEN left({k}, 1) = chr(1) THEN {t} || '/' || {o} || '/' || CAST({x} AS text) || '/' || substr({k}, 2) "
+    "WHEN left({k}, 1) = chr(2) THEN substr({k}, 2) ELSE {k} END"
+)
+
+
+def _relative(value: str, prefix: str | None) -> str:
+    if prefix is not None and value.startswith(prefix):
+        return ESCAPE + value[len(prefix) :]
+    return LITERAL + value if value[:1] in (ESCAPE, LITERAL) else value
+
+
+def _whole(value: str, prefix: str | None) -> str:
+    if value[:1] == ESCAPE and prefix is not None:
+        return prefix + value[1:]
+    return value[1:] if value[:1] == LITERAL else value
+
+
+def key_prefix(tenant_id: str, organization_id: str, execution_id: str | None) -> str | None:
+    """The start of the idempotency keys of an execution's events (``<t>/<o>/<execution id>/``)."""
+    return None if execution_id is None else f"{tenant_id}/{organization_id}/{execution_id}/"
 
 
 def producer_prefix(tenant_id: str, organization_id: str) -> str:
@@ -49,14 +77,11 @@ def stored_fields(
     aggregate_id: str,
     correlation_id: str | None,
     producer: str,
+    idempotency_key: str | None,
 ) -> dict[str, str | None]:
-    """The stored form of the four columns."""
-    prefix = producer_prefix(tenant_id, organization_id)
-    if producer.startswith(prefix):
-        stored_producer = ESCAPE + producer[len(prefix) :]
-    else:
-        stored_producer = LITERAL + producer if producer[:1] in (ESCAPE, LITERAL) else producer
+    """The stored form of the five columns."""
     execution = _execution(execution_id)
+    key_start = key_prefix(tenant_id, organization_id, execution)
     if correlation_id is None:
         correlation = None if execution is None else ESCAPE
     elif correlation_id == execution:
@@ -67,13 +92,14 @@ def stored_fields(
         "schema_name": None if schema_name == default_schema_name(event_type) else schema_name,
         "aggregate_id": None if execution is not None and aggregate_id == execution else aggregate_id,
         "correlation_id": correlation,
-        "producer": stored_producer,
+        "producer": _relative(producer, producer_prefix(tenant_id, organization_id)),
+        "idempotency_key": None if idempotency_key is None else _relative(idempotency_key, key_start),
     }
 
 
 def envelope_fields(row: Mapping[str, Any]) -> dict[str, str | None]:
-    """The four envelope fields of a stored row (a mapping with ``tenant_id``, ``organization_id``,
-    ``event_type``, ``execution_id`` and the four columns)."""
+    """The five envelope fields of a stored row (a mapping with ``tenant_id``, ``organization_id``,
+    ``event_type``, ``execution_id`` and the five columns)."""
     execution = _execution(row["execution_id"])
     correlation = row["correlation_id"]
     if correlation is None:
@@ -82,13 +108,12 @@ def envelope_fields(row: Mapping[str, Any]) -> dict[str, str | None]:
         correlation = None
     elif correlation.startswith(ESCAPE):
         correlation = correlation[1:]
-    producer = row["producer"]
-    if producer[:1] == ESCAPE:
-        producer = producer_prefix(row["tenant_id"], row["organization_id"]) + producer[1:]
-    elif producer[:1] == LITERAL:
-        producer = producer[1:]
+    key = row["idempotency_key"]
     return {
-        "producer": producer,
+        "producer": _whole(row["producer"], producer_prefix(row["tenant_id"], row["organization_id"])),
+        "idempotency_key": None
+        if key is None
+        else _whole(key, key_prefix(row["tenant_id"], row["organization_id"], execution)),
         "schema_name": row["schema_name"] or default_schema_name(row["event_type"]),
         "aggregate_id": row["aggregate_id"] if row["aggregate_id"] is not None else execution,
         "correlation_id": correlation,

@@ -40,7 +40,7 @@ def from_row(m: Any) -> Event:
         "ingest_time": format_time(m["ingest_time"]),
         "causation_id": m["causation_id"],
         "correlation_id": stored["correlation_id"],
-        "idempotency_key": m["idempotency_key"],
+        "idempotency_key": stored["idempotency_key"],
         "producer": stored["producer"],
         "payload": m["payload"] or {},
         "payload_ref": m["payload_ref"],

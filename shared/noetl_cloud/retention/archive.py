@@ -89,6 +89,7 @@ def decode(data: bytes) -> list[dict[str, Any]]:
                     tenant_id=row["tenant_id"],
                     organization_id=row["organization_id"],
                     producer=row["producer"],
+                    idempotency_key=row["idempotency_key"],
                     event_type=row["event_type"],
                     execution_id=None if row["execution_id"] is None else str(row["execution_id"]),
                     schema_name=row["schema_name"],

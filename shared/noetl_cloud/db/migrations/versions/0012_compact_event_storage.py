@@ -9,8 +9,8 @@
 * ``event.schema_name`` is NULL when it is the default, ``noetl.<event_type>`` (every event the runtime
   writes), ``aggregate_id`` when it is the execution id, ``correlation_id`` when it is the execution id
   (no correlation becomes ``chr(1)``), and ``producer`` is stored after its tenant and organization's
-  ``noetl://tenant/<t>/org/<o>/`` (``chr(1)`` in front): the readers rebuild them
-  (``noetl_cloud.eventlog.stored``).
+  ``noetl://tenant/<t>/org/<o>/`` (``chr(1)`` in front), ``idempotency_key`` after its execution's
+  ``<t>/<o>/<execution id>/``: the readers rebuild them (``noetl_cloud.eventlog.stored``).
 
 Both rewrite their tables (``ALTER ... TYPE`` rewrites every partition of ``event``): on a large
 database run it in a maintenance window.
@@ -35,6 +35,7 @@ depends_on = None
 _ESCAPE = "chr(1)"
 _LITERAL = "chr(2)"
 _PREFIX = "('noetl://tenant/' || tenant_id || '/org/' || organization_id || '/')"
+_KEY_PREFIX = "(tenant_id || '/' || organization_id || '/' || execution_id::text || '/')"
 # noetl_cloud.eventlog.keys.KEY_DIGEST_SQL, as of this revision.
 _DIGEST = "CAST(encode(substring(sha256(convert_to({}, 'UTF8')) FROM 1 FOR 16), 'hex') AS uuid)"
 
@@ -53,7 +54,7 @@ def upgrade() -> None:
     op.drop_table("event_key")
     op.rename_table("event_key_digest", "event_key")
     op.execute("ALTER TABLE event_key RENAME CONSTRAINT pk_event_key_digest TO pk_event_key")
-    # One rewrite of every partition for both columns. A checksum the store wrote is 64 lower-case hex
+    # One rewrite of every partition for all the columns. A checksum the store wrote is 64 lower-case hex
     # digits; anything else keeps its bytes (the upgrade never fails on a row).
     op.alter_column("event", "schema_name", nullable=True)
     op.alter_column("event", "aggregate_id", nullable=True)
@@ -68,7 +69,12 @@ def upgrade() -> None:
         f"THEN {_ESCAPE} || correlation_id ELSE correlation_id END, "
         f"ALTER COLUMN producer TYPE text USING CASE WHEN starts_with(producer, {_PREFIX}) "
         f"THEN {_ESCAPE} || substr(producer, length({_PREFIX}) + 1) "
-        f"WHEN left(producer, 1) IN ({_ESCAPE}, {_LITERAL}) THEN {_LITERAL} || producer ELSE producer END"
+        f"WHEN left(producer, 1) IN ({_ESCAPE}, {_LITERAL}) THEN {_LITERAL} || producer ELSE producer END, "
+        f"ALTER COLUMN idempotency_key TYPE text USING CASE WHEN execution_id IS NOT NULL AND "
+        f"starts_with(idempotency_key, {_KEY_PREFIX}) "
+        f"THEN {_ESCAPE} || substr(idempotency_key, length({_KEY_PREFIX}) + 1) "
+        f"WHEN left(idempotency_key, 1) IN ({_ESCAPE}, {_LITERAL}) THEN {_LITERAL} || idempotency_key "
+        "ELSE idempotency_key END"
     )
 
 
@@ -82,7 +88,10 @@ def downgrade() -> None:
         "THEN substr(correlation_id, 2) ELSE correlation_id END, "
         f"ALTER COLUMN producer TYPE text USING CASE WHEN left(producer, 1) = {_ESCAPE} "
         f"THEN {_PREFIX} || substr(producer, 2) WHEN left(producer, 1) = {_LITERAL} THEN substr(producer, 2) "
-        "ELSE producer END"
+        "ELSE producer END, "
+        f"ALTER COLUMN idempotency_key TYPE text USING CASE WHEN left(idempotency_key, 1) = {_ESCAPE} "
+        f"THEN {_KEY_PREFIX} || substr(idempotency_key, 2) WHEN left(idempotency_key, 1) = {_LITERAL} "
+        "THEN substr(idempotency_key, 2) ELSE idempotency_key END"
     )
     op.alter_column("event", "schema_name", nullable=False)
     op.alter_column("event", "aggregate_id", nullable=False)
