@@ -27,6 +27,7 @@ the projector. In order:
 
     make up && .venv/bin/python bench/scale.py [--executions 300000] [--loops 2000,10000]
     .venv/bin/python bench/scale.py --executions 20000 --loops 300,1000 --starts 300   # quick check
+    .venv/bin/python bench/scale.py --only bytes              # step 1 alone: the bytes table, in about a minute
 
 Ends with ``ratio start_300k``, ``ratio projector_fold_to_write``, ``ratio loop_last_to_first`` (the
 longest loop) and ``bytes per execution`` (before retention). Never fails on timing.
@@ -259,6 +260,9 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=1000, help="executions started per throughput run")
     parser.add_argument("--burst", type=int, default=500, help="3-step executions of the projector burst")
     parser.add_argument("--loops", default="2000,10000", help="sequential loop lengths, comma-separated")
+    parser.add_argument(
+        "--only", choices=("bytes",), help="bytes: step 1 alone (no seeding, burst or loops), its table and last line"
+    )
     args = parser.parse_args()
     loops = [int(n) for n in args.loops.split(",") if n]
 
@@ -298,6 +302,9 @@ def main() -> None:
         api.register(PLAYBOOK)
         size = bytes_per_execution(api, engine, settings, args.sample)
         print(f"progress: bytes per execution {size['total']:.0f} before retention", flush=True)
+        if args.only == "bytes":
+            print_bytes(args.sample, size)
+            return
         settle(engine)
         # Warm: connections, prepared statements, the catalog cache.
         start_rate(api, engine, max(50, args.starts // 5), repeats=1)
@@ -328,18 +335,7 @@ def main() -> None:
             stop_group(proc.pid)
             proc.wait()
 
-    print(
-        f"bytes per 3-step execution ({args.sample} run through the worker; "
-        f"{size['counts']['event']} events, {size['counts']['command']} commands, {size['counts']['projection']} "
-        "projection rows each), on disk, after the published outbox rows are gone:"
-    )
-    for table in TABLES:
-        print(f"  {table:20} {size['per_table'][table]:10.0f}   after retention {size['after'][table]:8.0f}")
-    print(
-        f"  {'total':20} {size['total']:10.0f}   after retention {sum(size['after'].values()):8.0f}"
-        f"   (archive: {size['archived_per_execution']:.0f} bytes of Parquet per execution)"
-    )
-    print(f"  retention sweep: {size['retention']}")
+    print_bytes(args.sample, size, last=False)
     print(f"start throughput (best of 2 x {args.starts} single starts, 8 threads; {event_rows} event rows at the end):")
     for n, rate in rates.items():
         print(f"  at {n:>8} executions: {rate:7.1f} executions/s   ratio to empty {rate / rates[0]:.2f}")
@@ -362,6 +358,25 @@ def main() -> None:
         print("(no loop was run, --loops is empty: loop_last_to_first below is 0)")
     print(f"ratio loop_last_to_first: {largest['ratio']:.2f}")
     print(f"bytes per execution: {round(size['total'])}")
+
+
+def print_bytes(sample: int, size: dict[str, Any], *, last: bool = True) -> None:
+    """Step 1's table; with ``last``, the ``bytes per execution`` line too (``--only bytes``)."""
+    counts = size["counts"]
+    print(
+        f"bytes per 3-step execution ({sample} run through the worker; {counts['event']} events, "
+        f"{counts['command']} commands, {counts['projection']} projection rows each), on disk, after the "
+        "published outbox rows are gone:"
+    )
+    for table in TABLES:
+        print(f"  {table:20} {size['per_table'][table]:10.0f}   after retention {size['after'][table]:8.0f}")
+    print(
+        f"  {'total':20} {size['total']:10.0f}   after retention {sum(size['after'].values()):8.0f}"
+        f"   (archive: {size['archived_per_execution']:.0f} bytes of Parquet per execution)"
+    )
+    print(f"  retention sweep: {size['retention']}")
+    if last:
+        print(f"bytes per execution: {round(size['total'])}")
 
 
 if __name__ == "__main__":

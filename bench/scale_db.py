@@ -11,6 +11,8 @@ from sqlalchemy import Engine, text
 
 import execute  # bench/execute.py
 from noetl_cloud.envelope import utc_now
+from noetl_cloud.eventlog.keys import KEY_DIGEST_SQL
+from noetl_cloud.eventlog.stored import KEY_TEXT_SQL
 from noetl_cloud.retention.partitions import first_id
 
 DB = "bench_scale"
@@ -105,11 +107,18 @@ def seed(engine: Engine, template: str, first: int, count: int, chunk: int = 20_
                     else:
                         values.append(f"t.{column}")
                 order = f"ORDER BY {id_column}" if id_column else ""
-                if table == "event":  # its idempotency keys, as an append writes them
+                if table == "event":  # its idempotency keys, as an append writes them (their digests)
+                    key = KEY_DIGEST_SQL.format(  # the key's text, of the clone's execution
+                        KEY_TEXT_SQL.format(
+                            k=f"replace(t.idempotency_key, '{template}', ({bases['execution']} + g)::text)",
+                            t="t.tenant_id",
+                            o="t.organization_id",
+                            x=f"({bases['execution']} + g)",
+                        )
+                    )
                     conn.execute(
                         text(
-                            f"INSERT INTO event_key (idempotency_key, event_id) SELECT "
-                            f"replace(t.idempotency_key, '{template}', ({bases['execution']} + g)::text), "
+                            f"INSERT INTO event_key (key_digest, event_id) SELECT {key}, "
                             f"{bases['event']} + g * {sizes['event']} + t.rn "
                             "FROM (SELECT *, row_number() OVER (ORDER BY event_id) - 1 AS rn FROM tpl_event) t, "
                             f"generate_series({start}, {stop}) g WHERE t.idempotency_key IS NOT NULL "

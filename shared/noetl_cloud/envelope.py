@@ -80,6 +80,13 @@ def checksum(value: Any) -> str:
     return sha256_hex(canonical_json(value))
 
 
+def default_schema_name(event_type: str) -> str:
+    """The schema name an event of ``event_type`` gets unless its producer names another (``noetl.<type>``).
+
+    The event store leaves a default schema name out of the stored row (it is rebuilt from the type)."""
+    return f"noetl.{event_type}"
+
+
 class PayloadRef(BaseModel):
     """A reference to an immutable, content-addressed payload object."""
 
@@ -201,7 +208,7 @@ class EventFactory:
             aggregate_id=aggregate_id,
             aggregate_type=aggregate_type,
             event_type=event_type,
-            schema_name=f"noetl.{event_type}",
+            schema_name=default_schema_name(event_type),
             schema_version=schema_version,
             event_time=event_time or utc_now(),
             producer=self.producer,

@@ -13,6 +13,7 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, text
 
 from noetl_cloud.auth.internal import InternalAuth
+from noetl_cloud.eventlog.stored import envelope_fields
 from noetl_cloud.frames.app import FramesPlane, build_app
 from noetl_cloud.frames.policy import FramePolicy
 from noetl_cloud.frames.service import FrameService
@@ -64,16 +65,17 @@ class Frames:
         return str(opened["stage_id"])
 
     def events(self, stage_id: str, *types: str) -> list[dict[str, Any]]:
-        """The frame events of a stage in log order (``types`` filters)."""
+        """The frame events of a stage in log order (``types`` filters), their envelope fields whole."""
         with self.engine.connect() as conn:
             rows = conn.execute(
                 text(
-                    "SELECT event_id, event_type, stream_id, stream_version, aggregate_id, idempotency_key, payload, "
-                    "payload_ref, envelope_checksum FROM event WHERE stream_id LIKE :prefix ORDER BY position"
+                    "SELECT event_id, tenant_id, organization_id, execution_id, event_type, stream_id, stream_version, "
+                    "schema_name, aggregate_id, correlation_id, producer, idempotency_key, payload, payload_ref, "
+                    "envelope_checksum FROM event WHERE stream_id LIKE :prefix ORDER BY position"
                 ),
                 {"prefix": f"execution/%/stage/{stage_id}/frame/%"},
             )
-            found = [dict(r._mapping) for r in rows]
+            found = [{**r._mapping, **envelope_fields(r._mapping)} for r in rows]
         return [e for e in found if not types or e["event_type"] in types]
 
     def frame(self, frame_id: str) -> dict[str, Any]:

@@ -5,7 +5,9 @@ from sqlalchemy import Engine, func, select, text
 
 from noetl_cloud.db.schema import event, outbox
 from noetl_cloud.eventlog import DuplicateEventId, DuplicateIdempotencyKey
+from noetl_cloud.eventlog.keys import KEY_DIGEST_SQL, key_digest
 from noetl_cloud.eventlog.postgres import PostgresEventStore
+from noetl_cloud.eventlog.stored import KEY_TEXT_SQL
 from tests.contracts.eventlog import EventStoreContract, make_event, new_stream
 
 
@@ -104,3 +106,78 @@ def test_stored_envelope_round_trips_byte_for_byte(db_engine: Engine) -> None:
     (read,) = store.read_stream(stream)
     assert read.to_json() == sealed[0].to_json()
     assert read.verify_checksum()
+
+
+def test_keys_are_stored_as_digests_that_sql_computes_the_same_way(db_engine: Engine) -> None:
+    """``event_key`` holds 16-byte digests; the SQL expression retention and the seeding use agrees with
+    the appends' Python digest (a mismatch would leave keys behind when their partition is dropped)."""
+    store = PostgresEventStore(db_engine)
+    stream = new_stream()
+    execution = stream.split("/")[1]
+    keys = [f"{stream}/ключ/{'x' * 300}/1", f"{stream}/ключ/{'x' * 300}/2"]  # differ only at the end
+    keys.append(f"t1/o1/{execution}/command/1/issued")  # stored relative to its execution (eventlog.stored)
+    sealed = store.append(stream, [make_event(stream, idempotency_key=k) for k in keys])
+    key_text = KEY_TEXT_SQL.format(k="e.idempotency_key", t="e.tenant_id", o="e.organization_id", x="e.execution_id")
+    with db_engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                f"SELECT k.key_digest, k.key_digest = {KEY_DIGEST_SQL.format(key_text)} AS same, "
+                f"pg_column_size(k.key_digest) AS size, {key_text} AS key, e.idempotency_key AS stored "
+                "FROM event_key k JOIN event e ON e.event_id = k.event_id WHERE e.stream_id = :s ORDER BY e.position"
+            ),
+            {"s": stream},
+        ).all()
+        checksum = conn.execute(
+            text("SELECT envelope_checksum FROM event WHERE event_id = :e"), {"e": int(sealed[0].event_id)}
+        ).scalar_one()
+    assert [r.key_digest for r in rows] == [key_digest(k) for k in keys]
+    assert all(r.same for r in rows) and {r.size for r in rows} == {16}
+    assert [r.key for r in rows] == keys and rows[2].stored == "\x01command/1/issued"
+    assert [e.idempotency_key for e in store.read_stream(stream)] == keys
+    assert bytes(checksum) == bytes.fromhex(sealed[0].envelope_checksum or "")  # 32 bytes, not 64 hex digits
+
+
+def test_a_key_reused_with_another_event_is_refused_by_its_digest(db_engine: Engine) -> None:
+    store = PostgresEventStore(db_engine)
+    stream, other = new_stream(), new_stream()
+    long_key = f"{stream}/" + "k" * 480
+    store.append(stream, [make_event(stream, idempotency_key=long_key)])
+    with pytest.raises(DuplicateIdempotencyKey) as raised:
+        store.append(other, [make_event(other, idempotency_key=long_key)])  # another stream, the same key
+    assert raised.value.keys == [long_key]  # named by its text, though only its digest is stored
+    store.append(other, [make_event(other, idempotency_key=long_key[:-1] + "j")])  # one character differs
+    assert store.stream_version(stream) == 1 and store.stream_version(other) == 1
+    with db_engine.connect() as conn:
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM event_key WHERE key_digest = :d"), {"d": key_digest(long_key)}
+            ).scalar_one()
+            == 1
+        )
+
+
+def test_fields_that_repeat_the_execution_are_not_stored_and_read_back_whole(db_engine: Engine) -> None:
+    store = PostgresEventStore(db_engine)
+    stream = new_stream()
+    execution = stream.split("/")[1]
+    usual = make_event(stream).model_copy(update={"aggregate_id": execution})  # correlation: the execution id
+    own = make_event(stream).model_copy(update={"schema_name": "acme.step.done", "correlation_id": None})
+    sealed = store.append(stream, [usual, own])
+    with db_engine.connect() as conn:
+        stored = conn.execute(
+            text(
+                "SELECT schema_name, aggregate_id, correlation_id, producer FROM event WHERE stream_id = :s "
+                "ORDER BY stream_version"
+            ),
+            {"s": stream},
+        ).all()
+    assert [tuple(r) for r in stored] == [
+        (None, None, None, "noetl://test"),  # the contract factory's producer is not under its tenant's prefix
+        ("acme.step.done", stream, "\x01", "noetl://test"),
+    ]
+    read = store.read_stream(stream)
+    assert [(e.schema_name, e.aggregate_id, e.correlation_id) for e in read] == [
+        ("noetl.step.done", execution, execution),
+        ("acme.step.done", stream, None),
+    ]
+    assert [e.to_json() for e in read] == [e.to_json() for e in sealed] and all(e.verify_checksum() for e in read)

@@ -88,7 +88,7 @@ def test_0010_moves_the_rows_into_the_partitioned_tables_and_the_keys_into_event
                     {"id": n, "n": n, "key": key},
                 )
             conn.execute(text("INSERT INTO outbox (event_id, topic, data) VALUES (1, 'noetl-events', '{}')"))
-        migrate.upgrade(engine)
+        migrate.upgrade(engine, "0011")  # 0012 digests the keys (the test below)
         with engine.begin() as conn:
             assert conn.execute(text("SELECT count(*) FROM event_history")).scalar_one() == 2
             assert conn.execute(text("SELECT idempotency_key, event_id FROM event_key")).all() == [("k1", 1)]
@@ -106,5 +106,74 @@ def test_0010_moves_the_rows_into_the_partitioned_tables_and_the_keys_into_event
         migrate.downgrade(engine, "0009")
         with engine.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM event")).scalar_one() == 3
+    finally:
+        engine.dispose()
+
+
+def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_database_url: str) -> None:
+    from sqlalchemy import text
+
+    from noetl_cloud.eventlog.keys import key_digest
+
+    engine = create_db_engine(Settings(database_url=empty_database_url), pool_size=1)
+    columns = (
+        "event_id, tenant_id, organization_id, execution_id, stream_id, stream_version, aggregate_id, aggregate_type, "
+        "event_type, schema_name, schema_version, event_time, ingest_time, producer, idempotency_key, "
+        "envelope_checksum, correlation_id"
+    )
+    checksum = "0123456789abcdef" * 4
+    producers = ["noetl://tenant/t/org/o/role/execute/node/1", "\x02p", "p"]
+    try:
+        migrate.upgrade(engine, "0011")
+        with engine.begin() as conn:
+            for n, key, digest, schema, aggregate, correlation in (
+                (1, "t/o/7/k1", checksum, "noetl.step.done", "7", "7"),  # the defaults (the key: its execution's)
+                (2, None, checksum, "custom.schema", "a", None),
+                (3, "t/o/7/ключ", "not-hex", "noetl.step", "a", "c"),
+            ):
+                conn.execute(
+                    text(
+                        f"INSERT INTO event ({columns}) VALUES (:id, 't', 'o', 7, 's', :n, :a, 'x', 'step.done', "
+                        ":schema, 1, now(), now(), :p, :key, :c, :corr)"
+                    ),
+                    {"id": n, "n": n, "key": key, "c": digest, "schema": schema, "a": aggregate, "corr": correlation}
+                    | {"p": producers[n - 1]},
+                )
+                if key is not None:
+                    conn.execute(text("INSERT INTO event_key VALUES (:k, :id)"), {"k": key, "id": n})
+        migrate.upgrade(engine)
+        with engine.begin() as conn:
+            keys = conn.execute(text("SELECT key_digest, event_id FROM event_key ORDER BY event_id")).all()
+            assert [tuple(k) for k in keys] == [(key_digest("t/o/7/k1"), 1), (key_digest("t/o/7/ключ"), 3)]
+            stored = conn.execute(text("SELECT envelope_checksum FROM event ORDER BY event_id")).scalars().all()
+            assert [bytes(c) for c in stored] == [bytes.fromhex(checksum)] * 2 + [b"not-hex"]  # never fails
+            compact = conn.execute(
+                text(
+                    "SELECT schema_name, aggregate_id, correlation_id, producer, idempotency_key FROM event "
+                    "ORDER BY event_id"
+                )
+            ).all()
+            assert [tuple(r) for r in compact] == [  # only the defaults are left out
+                (None, None, None, "\x01role/execute/node/1", "\x01k1"),
+                ("custom.schema", "a", "\x01", "\x02\x02p", None),  # no correlation, though it has an execution
+                ("noetl.step", "a", "c", "p", "\x01ключ"),
+            ]
+        migrate.downgrade(engine, "0011")
+        with engine.begin() as conn:
+            keys = conn.execute(text("SELECT idempotency_key, event_id FROM event_key ORDER BY event_id")).all()
+            assert [tuple(k) for k in keys] == [("t/o/7/k1", 1), ("t/o/7/ключ", 3)]  # the texts, from the events
+            back = conn.execute(text("SELECT envelope_checksum FROM event ORDER BY event_id")).scalars().all()
+            assert back[:2] == [checksum, checksum]
+            whole = conn.execute(
+                text(
+                    "SELECT schema_name, aggregate_id, correlation_id, producer, idempotency_key FROM event "
+                    "ORDER BY event_id"
+                )
+            ).all()
+            assert [tuple(r) for r in whole] == [
+                ("noetl.step.done", "7", "7", producers[0], "t/o/7/k1"),
+                ("custom.schema", "a", None, producers[1], None),
+                ("noetl.step", "a", "c", "p", "t/o/7/ключ"),
+            ]
     finally:
         engine.dispose()

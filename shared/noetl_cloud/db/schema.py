@@ -27,7 +27,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -58,10 +58,12 @@ event = Table(
     Column("execution_id", BigInteger, nullable=True),
     Column("stream_id", Text, nullable=False),
     Column("stream_version", BigInteger, nullable=False),
-    Column("aggregate_id", Text, nullable=False),
+    # NULL: the execution id; the default schema name noetl.<event_type>; the execution id or no correlation
+    # (noetl_cloud.eventlog.stored, migration 0012).
+    Column("aggregate_id", Text, nullable=True),
     Column("aggregate_type", Text, nullable=False),
     Column("event_type", Text, nullable=False),
-    Column("schema_name", Text, nullable=False),
+    Column("schema_name", Text, nullable=True),
     Column("schema_version", Integer, nullable=False),
     Column("event_time", DateTime(timezone=True), nullable=False),
     Column("ingest_time", DateTime(timezone=True), nullable=False),
@@ -72,7 +74,7 @@ event = Table(
     Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("payload_ref", JSONB, nullable=True),
     Column("meta", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
-    Column("envelope_checksum", Text, nullable=False),
+    Column("envelope_checksum", LargeBinary, nullable=False),  # the sha256's 32 bytes (migration 0012)
     CheckConstraint("stream_version >= 1", name="stream_version_positive"),
     # A unique index must hold the partition key (``event_id``): the stream head's compare-and-set
     # hands out ``(stream_id, stream_version)`` and the identity ``position``, ``event_key`` guards
@@ -88,11 +90,12 @@ event = Table(
 # The idempotency keys of ``event`` (a unique constraint of a partitioned table would have to hold the
 # partition key): inserted before the events, in the same statement; an event whose key it skipped is
 # not written. Its rows leave with their event's partition (retention deletes them by key, joining the
-# partition it drops: no second index, every appended key costs one index entry).
+# partition it drops: no second index, every appended key costs one index entry). A key is stored as
+# its 16-byte digest (``noetl_cloud.eventlog.keys``, migration 0012); the event row keeps its text.
 event_key = Table(
     "event_key",
     metadata,
-    Column("idempotency_key", Text, primary_key=True),
+    Column("key_digest", UUID(as_uuid=True), primary_key=True),
     Column("event_id", BigInteger, nullable=False),
 )
 

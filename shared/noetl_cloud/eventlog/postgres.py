@@ -27,6 +27,7 @@ from noetl_cloud.db.schema import event_key as key_table
 from noetl_cloud.db.schema import outbox as outbox_table
 from noetl_cloud.db.schema import stream as stream_table
 from noetl_cloud.envelope import EventEnvelope, PayloadRef, utc_now
+from noetl_cloud.eventlog.keys import key_digest
 from noetl_cloud.eventlog.outbox import mirror_messages
 from noetl_cloud.eventlog.port import (
     DuplicateEventId,
@@ -35,6 +36,7 @@ from noetl_cloud.eventlog.port import (
     check_batch,
 )
 from noetl_cloud.eventlog.relay import OutboxRow
+from noetl_cloud.eventlog.stored import envelope_fields, stored_fields
 
 _BUMP_ANY = text(
     "INSERT INTO stream (stream_id, version) VALUES (:stream_id, :n) "
@@ -65,6 +67,18 @@ _RETURNING_OUTBOX = "RETURNING outbox_id, event_id, topic"
 
 
 def _row(envelope: EventEnvelope) -> dict[str, Any]:
+    # Left out when they are the defaults (NULL), rebuilt by every reader: noetl_cloud.eventlog.stored.
+    compact = stored_fields(
+        tenant_id=envelope.tenant_id,
+        organization_id=envelope.organization_id,
+        producer=envelope.producer,
+        idempotency_key=envelope.idempotency_key,
+        event_type=envelope.event_type,
+        execution_id=envelope.execution_id,
+        schema_name=envelope.schema_name,
+        aggregate_id=envelope.aggregate_id,
+        correlation_id=envelope.correlation_id,
+    )
     return {
         "event_id": int(envelope.event_id),
         "tenant_id": envelope.tenant_id,
@@ -72,48 +86,52 @@ def _row(envelope: EventEnvelope) -> dict[str, Any]:
         "execution_id": int(envelope.execution_id) if envelope.execution_id else None,
         "stream_id": envelope.stream_id,
         "stream_version": envelope.stream_version,
-        "aggregate_id": envelope.aggregate_id,
+        "aggregate_id": compact["aggregate_id"],
         "aggregate_type": envelope.aggregate_type,
         "event_type": envelope.event_type,
-        "schema_name": envelope.schema_name,
+        "schema_name": compact["schema_name"],
         "schema_version": envelope.schema_version,
         "event_time": envelope.event_time,
         "ingest_time": envelope.ingest_time,
-        "producer": envelope.producer,
+        "producer": compact["producer"],
         "causation_id": envelope.causation_id,
-        "correlation_id": envelope.correlation_id,
-        "idempotency_key": envelope.idempotency_key,
+        "correlation_id": compact["correlation_id"],
+        "idempotency_key": compact["idempotency_key"],
         "payload": envelope.payload,
         "payload_ref": envelope.payload_ref.model_dump(mode="json") if envelope.payload_ref else None,
         "meta": envelope.meta,
-        "envelope_checksum": envelope.envelope_checksum,
+        # bytea from JSON text (InsertBatch): the checksum's 32 bytes, not its 64 hex digits.
+        "envelope_checksum": None if envelope.envelope_checksum is None else "\\x" + envelope.envelope_checksum,
     }
+
+
+def checksum_hex(value: Any) -> str | None:
+    """A stored ``envelope_checksum`` (bytes since migration 0012) as the envelope's hex text."""
+    if value is None or isinstance(value, str):
+        return value
+    return bytes(value).hex()
 
 
 def envelope_from_row(row: Any) -> EventEnvelope:
     m = row._mapping
     return EventEnvelope(
+        **envelope_fields(m),
         event_id=str(m["event_id"]),
         tenant_id=m["tenant_id"],
         organization_id=m["organization_id"],
         execution_id=None if m["execution_id"] is None else str(m["execution_id"]),
         stream_id=m["stream_id"],
         stream_version=m["stream_version"],
-        aggregate_id=m["aggregate_id"],
         aggregate_type=m["aggregate_type"],
         event_type=m["event_type"],
-        schema_name=m["schema_name"],
         schema_version=m["schema_version"],
         event_time=m["event_time"],
         ingest_time=m["ingest_time"],
-        producer=m["producer"],
         causation_id=m["causation_id"],
-        correlation_id=m["correlation_id"],
-        idempotency_key=m["idempotency_key"],
         payload=m["payload"],
         payload_ref=PayloadRef(**m["payload_ref"]) if m["payload_ref"] else None,
         meta=m["meta"],
-        envelope_checksum=m["envelope_checksum"],
+        envelope_checksum=checksum_hex(m["envelope_checksum"]),
     )
 
 
@@ -309,8 +327,12 @@ class PostgresEventStore:
         # own); an event whose key is taken is not written, nor are its outbox rows.
         keys = batch.insert(
             key_table,
-            [{"idempotency_key": e.idempotency_key, "event_id": int(e.event_id)} for e in sealed if e.idempotency_key],
-            suffix="ON CONFLICT (idempotency_key) DO NOTHING",
+            [
+                {"key_digest": str(key_digest(e.idempotency_key)), "event_id": int(e.event_id)}
+                for e in sealed
+                if e.idempotency_key
+            ],
+            suffix="ON CONFLICT (key_digest) DO NOTHING",
             returning=("event_id",),
         )
         inserted = batch.insert(
@@ -348,10 +370,11 @@ class PostgresEventStore:
 
     @staticmethod
     def _used_keys(conn: Connection, keys: list[str], inserted: set[int]) -> list[str]:
+        digests = {key_digest(key): key for key in keys}
         rows = conn.execute(
-            select(key_table.c.idempotency_key, key_table.c.event_id).where(key_table.c.idempotency_key.in_(keys))
+            select(key_table.c.key_digest, key_table.c.event_id).where(key_table.c.key_digest.in_(list(digests)))
         ).all()
-        used = [key for key, event_id in rows if event_id not in inserted]
+        used = [digests[digest] for digest, event_id in rows if event_id not in inserted]
         return used or keys
 
     def stream_version(self, stream_id: str) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from noetl_cloud.envelope import EventEnvelope, format_time
+from noetl_cloud.eventlog.stored import envelope_fields
 from noetl_cloud.replay.upcasters import Event
 
 
@@ -20,7 +21,8 @@ def from_envelope(envelope: EventEnvelope, position: int) -> Event:
 
 
 def from_row(m: Any) -> Event:
-    """A row of the ``event`` table (a mapping of its columns)."""
+    """A row of the ``event`` table (a mapping of its columns, as stored: noetl_cloud.eventlog.stored)."""
+    stored = envelope_fields(m)
     return {
         "position": int(m["position"]),
         "event_id": str(m["event_id"]),
@@ -29,17 +31,17 @@ def from_row(m: Any) -> Event:
         "execution_id": None if m["execution_id"] is None else str(m["execution_id"]),
         "stream_id": m["stream_id"],
         "stream_version": int(m["stream_version"]),
-        "aggregate_id": m["aggregate_id"],
+        "aggregate_id": stored["aggregate_id"],
         "aggregate_type": m["aggregate_type"],
         "event_type": m["event_type"],
-        "schema_name": m["schema_name"],
+        "schema_name": stored["schema_name"],
         "schema_version": int(m["schema_version"]),
         "event_time": format_time(m["event_time"]),
         "ingest_time": format_time(m["ingest_time"]),
         "causation_id": m["causation_id"],
-        "correlation_id": m["correlation_id"],
-        "idempotency_key": m["idempotency_key"],
-        "producer": m["producer"],
+        "correlation_id": stored["correlation_id"],
+        "idempotency_key": stored["idempotency_key"],
+        "producer": stored["producer"],
         "payload": m["payload"] or {},
         "payload_ref": m["payload_ref"],
         "meta": m["meta"] or {},

@@ -17,6 +17,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from noetl_cloud.errors import ConfigError
+from noetl_cloud.eventlog.stored import stored_fields
 from noetl_cloud.payload.bootstrap import payload_store
 from noetl_cloud.payload.port import ObjectPayloadStore
 from noetl_cloud.settings import Settings
@@ -51,6 +52,9 @@ SCHEMA = pa.schema(
 )
 COLUMNS = tuple(SCHEMA.names)
 _JSON = ("payload", "payload_ref", "meta")
+# The rows' form (noetl_cloud.eventlog.stored): archives written before migration 0012 have no such key
+# and hold every envelope field whole; decode() gives every archive's rows in the stored form.
+_FORM = {b"noetl.event_row": b"0012"}
 
 
 def encode(rows: Sequence[Mapping[str, Any]]) -> bytes:
@@ -61,20 +65,38 @@ def encode(rows: Sequence[Mapping[str, Any]]) -> bytes:
             value = row[name]
             if name in _JSON and value is not None:
                 value = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+            elif name == "envelope_checksum" and isinstance(value, (bytes, memoryview)):
+                value = bytes(value).hex()  # stored as its bytes (migration 0012), archived as hex
             columns[name].append(value)
-    table = pa.table(columns, schema=SCHEMA)
+    table = pa.table(columns, schema=SCHEMA.with_metadata(_FORM))
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd")
     return sink.getvalue()
 
 
 def decode(data: bytes) -> list[dict[str, Any]]:
-    """The rows :func:`encode` wrote, with their JSON columns parsed again."""
-    rows: list[dict[str, Any]] = pq.read_table(io.BytesIO(data)).to_pylist()
+    """The rows :func:`encode` wrote, with their JSON columns parsed again, in the stored form."""
+    table = pq.read_table(io.BytesIO(data))
+    whole = (table.schema.metadata or {}).get(b"noetl.event_row") != _FORM[b"noetl.event_row"]
+    rows: list[dict[str, Any]] = table.to_pylist()
     for row in rows:
         for name in _JSON:
             if row[name] is not None:
                 row[name] = json.loads(row[name])
+        if whole:  # archived before 0012: its envelope fields whole, as the stored form
+            row.update(
+                stored_fields(
+                    tenant_id=row["tenant_id"],
+                    organization_id=row["organization_id"],
+                    producer=row["producer"],
+                    idempotency_key=row["idempotency_key"],
+                    event_type=row["event_type"],
+                    execution_id=None if row["execution_id"] is None else str(row["execution_id"]),
+                    schema_name=row["schema_name"],
+                    aggregate_id=row["aggregate_id"],
+                    correlation_id=row["correlation_id"],
+                )
+            )
     return rows
 
 

@@ -28,6 +28,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from noetl_cloud.envelope import utc_now
+from noetl_cloud.eventlog.keys import KEY_DIGEST_SQL
+from noetl_cloud.eventlog.stored import KEY_TEXT_SQL
 from noetl_cloud.retention import archive, partitions
 from noetl_cloud.settings import Settings
 
@@ -59,6 +61,10 @@ _EXPIRED = text(
 _LOCK = text(
     "SELECT execution_id, tenant_id, organization_id, path, status, created_at, ended_at FROM execution "
     "WHERE execution_id = :e AND ended_at IS NOT NULL FOR UPDATE"
+)
+# The digest of a stored key (noetl_cloud.eventlog.stored: relative to its execution) of an ``event`` row ``e``.
+_KEY_DIGEST = KEY_DIGEST_SQL.format(
+    KEY_TEXT_SQL.format(k="e.idempotency_key", t="e.tenant_id", o="e.organization_id", x="e.execution_id")
 )
 _EVENTS = text(f"SELECT {', '.join(archive.COLUMNS)} FROM event WHERE execution_id = :e ORDER BY position")
 _RECORD = text(
@@ -215,8 +221,7 @@ class RetentionService:
         conn.execute(
             text(
                 f'DELETE FROM event_key k USING "{name}" e '
-                "WHERE e.idempotency_key IS NOT NULL AND k.idempotency_key = e.idempotency_key "
-                "AND k.event_id = e.event_id"
+                f"WHERE e.idempotency_key IS NOT NULL AND k.key_digest = {_KEY_DIGEST} AND k.event_id = e.event_id"
             )
         )
         partitions.drop(conn, partition)
