@@ -176,8 +176,12 @@ def wrk(
         lines.append(DELIVERIES_LUA % (json.dumps(str(pool[0])), THREADS))
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write("\n".join(lines) + "\n")
-    argv = ["wrk", f"-t{THREADS}", "-c16", f"-d{seconds}s", "-s", script.name, url]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["wrk", f"-t{THREADS}", "-c16", f"-d{seconds}s", "-s", script.name, url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     os.unlink(script.name)
     rate = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))  # type: ignore[union-attr]
     errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)

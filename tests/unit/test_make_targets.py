@@ -39,7 +39,8 @@ def _targets() -> dict[str, tuple[list[str], list[str]]]:
 
 
 def _pip_install_of(stamp: str) -> str:
-    (line,) = [line for line in _targets()[stamp][1] if "$(PIP)" in line]
+    """The recipe line of ``stamp`` that installs the package (the build lock is installed before it)."""
+    (line,) = [line for line in _targets()[stamp][1] if "$(PIP)" in line and " -e '" in line]
     return line
 
 
