@@ -152,7 +152,9 @@ class PayloadPreviews:
         ref = self.reference(execution_id, digest)
         if self.store is None:
             raise PayloadStoreNotConfigured("this deployment has no payload store (NOETL_PAYLOAD_BACKEND)")
-        base = {"sha256": ref.sha256, "uri": ref.uri, "media_type": ref.media_type, "size_bytes": ref.size_bytes}
+        # An event's reference may omit the size (0 here): a whole read knows it, a cut one does not.
+        size = ref.size_bytes or None
+        base = {"sha256": ref.sha256, "uri": ref.uri, "media_type": ref.media_type, "size_bytes": size}
         media = ref.media_type.split(";")[0].strip().lower()
         if media == ARROW_STREAM:
             if ref.size_bytes > MAX_ARROW_BYTES:
@@ -166,8 +168,10 @@ class PayloadPreviews:
                     f"an Arrow payload over {MAX_ARROW_BYTES} bytes is not previewed",
                     details={"max_bytes": MAX_ARROW_BYTES},
                 )
-            return {**base, **arrow_preview(data, rows), "verified": True}
+            return {**base, "size_bytes": len(data), **arrow_preview(data, rows), "verified": True}
         head, complete = self._head(ref, max_bytes if _TEXTUAL.match(media) else 64)
+        if complete:
+            base["size_bytes"] = len(head)
         if _TEXTUAL.match(media):
             return {
                 **base,

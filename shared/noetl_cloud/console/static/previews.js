@@ -28,7 +28,7 @@ function table(answer) {
 }
 
 function describe(answer) {
-  const size = `${answer.size_bytes} bytes`;
+  const size = answer.size_bytes === null ? "size unknown" : `${answer.size_bytes} bytes`;
   if (answer.kind === "table") return `${answer.media_type} · ${size} · first ${answer.rows.length} rows`;
   return `${answer.media_type} · ${size}${answer.truncated ? " · first bytes" : ""}`;
 }
