@@ -114,6 +114,7 @@ def test_bounds_and_bad_input_are_json_errors_with_stable_codes(ready: FlaskClie
         ({"filter": {"status": "started"}}, "invalid_filter"),
         ({"filter": {"colour": "red"}}, "unknown_filter"),
         ({"filter": {"version": "2"}}, "invalid_filter"),
+        ({"filter": {"path": "demo/alpha", "version": "²"}}, "invalid_filter"),  # a digit to isdigit(), not to int()
         ({"filter": {"since": "yesterday"}}, "invalid_filter"),
         ({"max": 0}, "validation_failed"),  # the body's shape: 422, as every model-validated body
         ({"max": 1001}, "validation_failed"),
