@@ -11,6 +11,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import text
 
 from noetl_cloud.control.bootstrap import ControlPlane
+from noetl_cloud.envelope import utc_now
 from tests.integration.control_fixtures import playbook, register
 
 WAIT_S = 30.0
@@ -134,3 +135,19 @@ def test_bounds_and_bad_input_are_json_errors_with_stable_codes(ready: FlaskClie
     for missing in ("0" * 32, "nope", "../x"):
         answer = ready.get(f"/api/executions/reruns/{missing}")
         assert answer.status_code == 404 and answer.get_json()["error"]["code"] in ("operation_not_found", "not_found")
+
+
+def test_retention_removes_the_records_of_operations_that_ended_long_ago(
+    ready: FlaskClient, plane: ControlPlane
+) -> None:
+    start(ready, "demo/alpha", plane)
+    kept = finished(ready, ready.post("/api/executions/reruns", json={"filter": {}}).get_json()["operation_id"])
+    old = finished(ready, ready.post("/api/executions/reruns", json={"filter": {}}).get_json()["operation_id"])
+    with plane.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE rerun_operation SET finished_at = now() - make_interval(days => :d) WHERE operation_id = :id"),
+            {"d": plane.settings.retention_days + 1, "id": old["operation_id"]},
+        )
+    assert plane.retention.remove_rerun_operations(utc_now()) == 1
+    assert ready.get(f"/api/executions/reruns/{old['operation_id']}").status_code == 404
+    assert ready.get(f"/api/executions/reruns/{kept['operation_id']}").get_json()["state"] == "done"
