@@ -3,7 +3,8 @@
 The filter options are the list's (``--status`` defaults to ``failed``); the command sends one idempotency
 key (``--key``, or a fresh one) so a retried request finds the operation instead of starting another,
 then prints the operation's progress until it is ``done`` or ``failed`` (exit 0 when it is done with no
-re-run refused, 1 otherwise; ``--no-wait`` prints the operation and returns).
+re-run refused, 1 otherwise; ``--no-wait`` prints the operation and returns). An operation with no
+progress for longer than the API's resume threshold is sent again with the same key, which resumes it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
 FILTERS = ("status", "path", "version", "subscription", "pool", "parent", "since", "until")
 POLL_S = 0.5
+#: No progress for longer than the API's resume threshold (2 min): the same request again resumes it.
+RESUME_AFTER_S = 130.0
 
 
 def add_parser(actions: SubParsers) -> None:
@@ -61,7 +64,7 @@ def bulk_rerun(args: argparse.Namespace) -> int:
         if args.no_wait:
             print(json.dumps(op, indent=2))
             return 0
-        shown = op["done"]
+        shown, progressed_at = op["done"], time.monotonic()
         while op["state"] == "running":
             if time.monotonic() > deadline:
                 say(f"operation {op['operation_id']} still running after {args.timeout:g} s")
@@ -69,8 +72,11 @@ def bulk_rerun(args: argparse.Namespace) -> int:
             time.sleep(POLL_S)
             op = api.get(f"/api/executions/reruns/{op['operation_id']}").raise_for_error().json
             if op["done"] != shown:
-                shown = op["done"]
+                shown, progressed_at = op["done"], time.monotonic()
                 say(progress_line(op))
+            elif time.monotonic() - progressed_at > RESUME_AFTER_S:  # its process is gone: resume it
+                progressed_at = time.monotonic()
+                op = api.post("/api/executions/reruns", json=body).raise_for_error().json
     for result in op["results"]:
         new = result.get("execution_id") or result.get("code")
         say(f"{result['rerun_of']} -> {new} ({result['status']})")

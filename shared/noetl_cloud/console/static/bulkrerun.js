@@ -5,6 +5,9 @@
 import { $, api, el, failed } from "./common.js";
 
 const POLL_MS = 500;
+// An operation with no progress for longer than the API's resume threshold (2 min) lost its process (a
+// throttled or stopped instance): the same request again, with the same key, resumes it on the API.
+const RESUME_AFTER_MS = 130000;
 
 function newKey() {
   // One key per click: a retried request finds the operation it started (getRandomValues works off https too).
@@ -56,11 +59,17 @@ export function bulkRerun(filters, signal) {
     show(op);
     clearInterval(polling);
     if (op.state !== "running") return;
+    let progressed = { done: op.done, at: Date.now() };
     polling = setInterval(async () => {
       try {
         op = await api(`/api/executions/reruns/${op.operation_id}`, signal);
         show(op);
         if (op.state !== "running") clearInterval(polling);
+        else if (op.done !== progressed.done) progressed = { done: op.done, at: Date.now() };
+        else if (Date.now() - progressed.at > RESUME_AFTER_MS) {
+          progressed = { done: op.done, at: Date.now() };
+          show(await api("/api/executions/reruns", signal, body)); // the same key: resumed, never started twice
+        }
       } catch (error) {
         clearInterval(polling);
         failed(error);
