@@ -54,3 +54,50 @@ def test_an_invalid_filter_prints_the_api_error(stack_env: dict[str, str], stack
     done = cli(stack_env, "list", "--status", "running")
     assert done.returncode == 2
     assert "invalid_filter" in done.stderr and "parameter: status" in done.stderr
+
+
+FAILING = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: fails, path: cli/fails}
+workflow:
+  - step: start
+    tool:
+      kind: python
+      code: |
+        def main():
+            raise RuntimeError("asked to fail")
+"""
+
+
+def test_rerun_restarts_the_failed_executions_a_filter_matches_once_per_key(
+    stack_env: dict[str, str], stack_api: ApiClient
+) -> None:
+    from noetl_cloud.local.process import wait_until
+
+    stack_api.post("/api/catalog", json={"content": FAILING}).raise_for_error()
+    parent = start(stack_api)  # the batch's own filter: its parent
+    body = {"path": "cli/fails", "parent_execution_id": parent}
+    failed = [str(stack_api.post("/api/execute", json=body).raise_for_error().json["execution_id"]) for _ in range(2)]
+
+    def ended() -> bool:
+        return all(stack_api.get(f"/api/executions/{eid}").json["status"] == "failed" for eid in failed)
+
+    assert wait_until(ended, timeout=90), "the executions did not fail"
+    too_many = cli(stack_env, "rerun", "--path", "cli/fails", "--parent", parent, "--max", "1")
+    assert too_many.returncode == 2 and "too_many_executions" in too_many.stderr
+
+    key = f"cli-{parent}"
+    done = cli(stack_env, "rerun", "--status", "failed", "--path", "cli/fails", "--parent", parent, "--key", key)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines() + done.stdout.splitlines()
+    started = {line.split(" -> ")[0]: line.split(" -> ")[1].split()[0] for line in lines if " -> " in line}
+    assert sorted(started) == sorted(failed) and any("done · 2 of 2 · started 2" in line for line in lines)
+    for old, new in started.items():
+        assert stack_api.get(f"/api/executions/{new}").raise_for_error().json["meta"]["rerun_of"] == old
+
+    again = cli(stack_env, "rerun", "--path", "cli/fails", "--parent", parent, "--key", key)  # a retry
+    assert again.returncode == 0, again.stderr
+    assert f"{failed[0]} -> {started[failed[0]]} (started)" in again.stderr + again.stdout  # the same operation
+    listed = stack_api.get(f"/api/executions?parent={parent}&path=cli/fails").raise_for_error().json["items"]
+    assert len(listed) == 4  # the two and their re-runs (which keep the parent): the retry started none

@@ -5,6 +5,7 @@ locals {
   firestore_users = setintersection(var.roles, ["execute", "ingress", "spool_drainer", "subscription_runtime"])
   spool_users     = setintersection(var.roles, ["ingress", "spool_drainer", "subscription_runtime"])
   payload_writers = setintersection(var.roles, ["worker"])
+  payload_readers = setintersection(var.roles, ["execute"]) # the console's payload previews (read only)
   publishers      = setintersection(var.roles, ["execute"])
   secret_readers  = setintersection(var.roles, ["execute"])
   source_pullers  = setintersection(var.roles, ["subscription_runtime"])
@@ -264,6 +265,17 @@ resource "google_storage_bucket_iam_member" "payload_writer" {
 
   bucket = var.resources.payload_bucket
   role   = "roles/storage.objectUser"
+  member = local.role_members[each.key]
+
+  depends_on = [google_service_account.role]
+}
+
+# The console's payload previews (GET /api/executions/{id}/payloads/{sha256}): execute reads, never writes.
+resource "google_storage_bucket_iam_member" "payload_reader" {
+  for_each = local.payload_readers
+
+  bucket = var.resources.payload_bucket
+  role   = "roles/storage.objectViewer"
   member = local.role_members[each.key]
 
   depends_on = [google_service_account.role]

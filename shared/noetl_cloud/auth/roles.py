@@ -74,6 +74,9 @@ POLICY: dict[str, dict[Route, frozenset[str]]] = {
         ("GET", "/api/executions"): _OPS,
         ("GET", "/api/executions/<int:execution_id>"): _roles(OPERATOR, WORKER),  # a worker follows its child
         ("POST", "/api/executions/<int:execution_id>/rerun"): _OPS,
+        ("POST", "/api/executions/reruns"): _OPS,
+        ("GET", "/api/executions/reruns/<operation_id>"): _OPS,
+        ("GET", "/api/executions/<int:execution_id>/payloads/<digest>"): _OPS,
         ("GET", "/api/executions/<int:execution_id>/events"): _OPS,
         # distributed execution: the worker's own routes
         ("GET", "/api/commands/<int:command_id>"): _roles(WORKER),

@@ -15,6 +15,7 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from noetl_cloud.cli import bulk_rerun
 from noetl_cloud.cli.output import say
 from noetl_cloud.errors import BadRequest
 
@@ -38,7 +39,9 @@ FILTERS = {
 
 
 def add_parsers(sub: SubParsers) -> None:
-    executions = sub.add_parser("executions", help="list executions, show one, or follow one's events to its end")
+    executions = sub.add_parser(
+        "executions", help="list executions, show one, follow one's events to its end, or re-run failed ones"
+    )
     actions = executions.add_subparsers(dest="action", required=True)
 
     listing = actions.add_parser("list", help="executions newest first, filtered")
@@ -68,6 +71,7 @@ def add_parsers(sub: SubParsers) -> None:
     tail.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds (exit 2)")
     tail.add_argument("--api-url", help="the control plane (default: NOETL_API_URL)")
     tail.set_defaults(handler=tail_execution)
+    bulk_rerun.add_parser(actions)
 
 
 def _id(value: str) -> str:

@@ -16,12 +16,21 @@ from sqlalchemy.exc import DBAPIError
 
 from noetl_cloud import console, telemetry
 from noetl_cloud.auth.internal import InternalAuth, install
-from noetl_cloud.control import executions_api, ingress_scope, runtime_events, spool_events, spool_proxy
+from noetl_cloud.control import (
+    bulk_reruns,
+    executions_api,
+    ingress_scope,
+    payload_previews,
+    runtime_events,
+    spool_events,
+    spool_proxy,
+)
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import BatchRequest, ExecuteRequest
 from noetl_cloud.control.reports import WorkerRef, WorkerReport
 from noetl_cloud.errors import BadRequest
 from noetl_cloud.observability import configure_logging
+from noetl_cloud.payload.bootstrap import payload_store
 from noetl_cloud.replay import api as replay_api
 from noetl_cloud.settings import Settings
 from noetl_cloud.telemetry import traces
@@ -244,6 +253,23 @@ def build_app(plane: ControlPlane, auth: InternalAuth) -> Flask:
     )
     app.register_blueprint(replay_api.blueprint(lambda: plane.replay))
     app.register_blueprint(executions_api.blueprint(lambda: plane.execution_queries, lambda: plane.executions))
+    reruns_service: list[bulk_reruns.BulkReruns] = []  # built on first use, one per app
+
+    def reruns_of_plane() -> bulk_reruns.BulkReruns:
+        if not reruns_service:
+            reruns_service.append(bulk_reruns.BulkReruns(plane.engine, plane.execution_queries, plane.executions))
+        return reruns_service[0]
+
+    app.register_blueprint(bulk_reruns.blueprint(reruns_of_plane))
+    previews: list[payload_previews.PayloadPreviews] = []
+
+    def previews_of_plane() -> payload_previews.PayloadPreviews:
+        if not previews:
+            store = payload_store(settings)
+            previews.append(payload_previews.PayloadPreviews(plane.engine, plane.execution_queries.tenant, store))
+        return previews[0]
+
+    app.register_blueprint(payload_previews.blueprint(previews_of_plane))
     app.register_blueprint(console.blueprint())
     app.register_blueprint(spool_proxy.blueprint(settings))  # the console's spool page: the drainer's routes
     app.register_blueprint(traces.blueprint(plane.settings))  # where the console's trace link goes

@@ -79,7 +79,7 @@ def _time(name: str, value: str) -> datetime:
 
 
 def _int(name: str, value: str, *, low: int, high: int) -> int:
-    if not value.isdigit() or not low <= int(value) <= high:
+    if not (value.isascii() and value.isdigit()) or not low <= int(value) <= high:
         raise _bad(name, f"{name} must be an integer from {low} to {high}")
     return int(value)
 

@@ -14,12 +14,18 @@ from typing import Any
 
 from noetl_cloud.control.execution_queries import ENDED, ExecutionQueries
 from noetl_cloud.control.executions import ExecutionService
-from noetl_cloud.control.models import ExecuteRequest
+from noetl_cloud.control.models import MAX_DEDUP_WINDOW_S, DedupIn, ExecuteRequest
 from noetl_cloud.errors import Conflict
 
 
-def rerun(executions: ExecutionService, queries: ExecutionQueries, execution_id: int) -> dict[str, Any]:
-    """Start a new execution with the input of ``execution_id`` (which must have ended); its start answer."""
+def rerun(
+    executions: ExecutionService, queries: ExecutionQueries, execution_id: int, *, dedup_key: str | None = None
+) -> dict[str, Any]:
+    """Start a new execution with the input of ``execution_id`` (which must have ended); its start answer.
+
+    ``dedup_key`` (a bulk re-run's, :mod:`~noetl_cloud.control.bulk_reruns`) makes a second call with the
+    same key within a week answer ``duplicate`` with the execution the first started, instead of a new one.
+    """
     old = executions.get(execution_id)  # 404 execution_not_found for none or another tenant's
     if old["status"] not in ENDED:
         raise Conflict(
@@ -39,6 +45,7 @@ def rerun(executions: ExecutionService, queries: ExecutionQueries, execution_id:
         execution_pool=old["execution_pool"],
         parent_execution_id=old["parent_execution_id"],
         meta=meta,
+        dedup=DedupIn(key=dedup_key, window_secs=MAX_DEDUP_WINDOW_S) if dedup_key else None,
     )
     result = executions.start_one(request)
     return {

@@ -325,6 +325,29 @@ subscription_schedule_run = Table(
     CheckConstraint("status IN ('running', 'ok', 'error')", name="status_known"),
 )
 
+# Bulk re-runs (control/bulk_reruns.py): one row per operation, its filter, the executions it matched
+# (``originals``, snapshotted when it was asked) and its progress; the idempotency key is unique per tenant,
+# so a retried request finds the operation the first one started instead of starting another.
+rerun_operation = Table(
+    "rerun_operation",
+    metadata,
+    Column("operation_id", Text, primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("organization_id", Text, nullable=False),
+    Column("idempotency_key", Text, nullable=False),
+    Column("filter", JSONB, nullable=False),
+    Column("max_count", Integer, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("originals", JSONB, nullable=False),
+    Column("results", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("requested_by", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    UniqueConstraint("tenant_id", "organization_id", "idempotency_key"),
+    CheckConstraint("state IN ('running', 'done', 'failed')", name="state_known"),
+)
+
 # Live projections (spec §7.4), one row per (execution, surface): the surface's rows as folded by the
 # projector, the number of events folded (``version``: upserts only ever raise it) and the tracking
 # position (the store position of the last event folded). ``payload_refs`` keeps the lineage.

@@ -7,7 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from noetl_cloud.control import payload_previews as previews
 from noetl_cloud.control.app import Audit, Cancel, RegisterSubscription, Transition
+from noetl_cloud.control.bulk_reruns import MAX_MAX, BulkRerun
 from noetl_cloud.control.execution_queries import MAX_WAIT_S
 from noetl_cloud.control.models import BatchRequest, ExecuteRequest
 from noetl_cloud.control.reports import WorkerRef, WorkerReport
@@ -140,6 +142,21 @@ EXECUTE = RoleContract(
             "Start the execution again with the same input (linked by meta.rerun_of)",
             answers={202: None},
             errors=(404, 409),
+        ),
+        ("bulk_reruns.start_reruns", "POST"): _op(
+            f"Re-run every ended execution a filter matches (at most {MAX_MAX}), as one idempotent operation",
+            body=BulkRerun,
+            answers={202: None, 200: None},
+            errors=(400, 409, 422),
+        ),
+        ("bulk_reruns.get_reruns", "GET"): _op("A bulk re-run operation's progress", errors=(404,)),
+        ("payload_previews.preview_payload", "GET"): _op(
+            "A bounded preview of a payload the execution's events refer to (Arrow rows as a table, text's head)",
+            query=(
+                Query("rows", {"type": "integer", "minimum": 1, "maximum": previews.MAX_ROWS}),
+                Query("bytes", {"type": "integer", "minimum": 1, "maximum": previews.MAX_BYTES}),
+            ),
+            errors=(400, 404, 413, 422, 503),
         ),
         ("executions_api.execution_events", "GET"): _op(
             "An execution's events (after an event id; wait= long-polls for new ones)",

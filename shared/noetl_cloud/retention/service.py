@@ -112,7 +112,18 @@ class RetentionService:
             "archived": archived,
             "not_archived": kept,
             "partitions_dropped": dropped,
+            "rerun_operations_removed": self.remove_rerun_operations(now),
         }
+
+    def remove_rerun_operations(self, now: datetime) -> int:
+        """Delete the records of bulk re-runs (control/bulk_reruns.py) that ended more than
+        ``NOETL_RETENTION_DAYS`` ago; their re-runs are executions, kept by their own retention."""
+        with self.engine.begin() as conn:
+            removed = conn.execute(
+                text("DELETE FROM rerun_operation WHERE state <> 'running' AND finished_at < :cutoff"),
+                {"cutoff": now - timedelta(days=self.settings.retention_days)},
+            )
+        return int(removed.rowcount)
 
     # -- executions -------------------------------------------------------------------------------
 

@@ -2,7 +2,15 @@
 
 export const $ = (selector) => document.querySelector(selector);
 
-export class ApiError extends Error {}
+export class ApiError extends Error {
+  constructor(message, status = 0, error = null) {
+    super(message);
+    this.status = status; // the HTTP status, and the API's error ({code, message, details}) when it sent one
+    this.code = error ? error.code : null;
+    this.details = error ? error.details : null;
+    this.apiMessage = error ? error.message : null;
+  }
+}
 
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -44,7 +52,7 @@ export async function api(path, signal, body) {
   if (!response.ok) {
     const error = answer && answer.error;
     const detail = error ? `${error.code}: ${error.message}` : `HTTP ${response.status}`;
-    throw new ApiError(`${path.split("?")[0]} answered ${detail}`);
+    throw new ApiError(`${path.split("?")[0]} answered ${detail}`, response.status, error);
   }
   return answer;
 }

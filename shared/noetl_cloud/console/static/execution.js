@@ -2,6 +2,7 @@
 // through the events API's long poll until it ends.
 
 import { $, api, clearError, duration, el, failed, shortTime } from "./common.js";
+import { payloadRefs, previewBlock } from "./previews.js";
 import { timeTravel } from "./timetravel.js";
 
 const FOLLOW_WAIT_S = 20;
@@ -69,9 +70,10 @@ function preview(event) {
 
 function timelineRow(event, origin) {
   const offset = Math.round(new Date(event.event_time).getTime() - origin);
+  const refs = payloadRefs(event);
   const row = el(
     "tr",
-    { class: "event", "data-event-type": event.event_type, "data-event-id": event.event_id },
+    { class: "event", "data-event-type": event.event_type, "data-event-id": event.event_id, "data-payload-refs": String(refs.length) },
     el("td", { class: "mono", text: String(offset) }),
     el("td", { class: "mono", text: event.event_type }),
     el("td", { text: (event.payload && event.payload.step) || "" }),
@@ -84,7 +86,9 @@ function timelineRow(event, origin) {
       next.remove();
       return;
     }
-    row.after(el("tr", { class: "payload" }, el("td", { colspan: "5" }, el("pre", { text: preview(event) }))));
+    const cell = el("td", { colspan: "5" }, el("pre", { text: preview(event) }));
+    for (const ref of refs) cell.append(previewBlock(event.execution_id, ref, failed));
+    row.after(el("tr", { class: "payload" }, cell));
   };
   return row;
 }

@@ -1,5 +1,6 @@
 // The executions list: the API's filters in the URL's hash, live updates, cursor paging.
 
+import { bulkRerun } from "./bulkrerun.js";
 import { $, api, clearError, duration, el, failed, shortTime, statusBadge } from "./common.js";
 
 export const FILTERS = ["status", "path", "version", "subscription", "pool", "parent", "since", "until"];
@@ -68,9 +69,11 @@ export function showList() {
   }
 
   $("#more").onclick = () => load(true).catch(failed);
+  const bulk = bulkRerun(filters, controller.signal);
   load(false).catch(failed).finally(schedule);
   return {
     stop() {
+      bulk.stop();
       clearTimeout(timer);
       controller.abort();
       controller = new AbortController();
