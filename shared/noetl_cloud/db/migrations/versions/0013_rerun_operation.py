@@ -4,8 +4,8 @@
 ``(tenant_id, organization_id, idempotency_key)`` is unique, so a retried request finds the operation the
 first one started (control/bulk_reruns.py).
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-11-27
 """
 
