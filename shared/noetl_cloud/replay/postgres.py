@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, text
 
@@ -59,12 +59,22 @@ _LOCK_AND_READ = text(
     f"  SELECT {_EVENT_COLUMNS} FROM event WHERE {_SCOPE} AND position > t.position"
     ") e ON TRUE ORDER BY e.position"
 )
-# A delivery's first read: the event's scope and position with its execution's tracking row, if any.
+# A delivery's first read: the event's scope and position with its execution's tracking row, if any, and
+# (when the event is past the tracking position: not a duplicate) the execution's events after that position,
+# in store order. A duplicate's answer is one row and holds no projection state.
 EVENT_AND_TRACKING = text(
-    "SELECT e.position AS event_position, e.tenant_id, e.organization_id, e.execution_id, e.stream_id, "
-    "t.version, t.position, t.last_event_id, t.upcaster_registry_digest, t.reducer_version, t.lag_ms, "
-    "t.projected_at FROM event e LEFT JOIN projection_tracking t ON t.tenant_id = e.tenant_id "
-    "AND t.organization_id = e.organization_id AND t.execution_id = e.execution_id WHERE e.event_id = :id"
+    "SELECT d.position AS d_position, d.tenant_id AS d_tenant_id, d.organization_id AS d_organization_id, "
+    "d.execution_id AS d_execution_id, d.stream_id AS d_stream_id, "
+    "t.version AS t_version, t.position AS t_position, t.last_event_id AS t_last_event_id, "
+    "t.upcaster_registry_digest AS t_digest, t.reducer_version AS t_reducer_version, t.lag_ms AS t_lag_ms, "
+    "t.projected_at AS t_projected_at, e.* "
+    "FROM event d LEFT JOIN projection_tracking t ON t.tenant_id = d.tenant_id "
+    "AND t.organization_id = d.organization_id AND t.execution_id = d.execution_id "
+    "LEFT JOIN LATERAL ("
+    f"  SELECT {_EVENT_COLUMNS} FROM event WHERE tenant_id = d.tenant_id AND organization_id = d.organization_id"
+    "   AND execution_id = d.execution_id AND position > COALESCE(t.position, 0)"
+    "   AND d.position > COALESCE(t.position, 0)"
+    ") e ON TRUE WHERE d.event_id = :id ORDER BY e.position"
 )
 _TRACKING_UPSERT_SUFFIX = (
     "ON CONFLICT (tenant_id, organization_id, execution_id) DO UPDATE SET "
@@ -76,6 +86,19 @@ _TRACKING_UPSERT_SUFFIX = (
     "OR projection_tracking.upcaster_registry_digest <> EXCLUDED.upcaster_registry_digest "
     "OR projection_tracking.reducer_version <> EXCLUDED.reducer_version"
 )
+# A fold that read the tracking row without locking it writes only if that row is still what it read (or,
+# for a first fold, if there is none): the tracking row is written first and the surface rows only with it.
+_TRACKING_IF_UNCHANGED_SUFFIX = (
+    "ON CONFLICT (tenant_id, organization_id, execution_id) DO UPDATE SET "
+    "version = EXCLUDED.version, position = EXCLUDED.position, last_event_id = EXCLUDED.last_event_id, "
+    "event_time_watermark = EXCLUDED.event_time_watermark, lag_ms = EXCLUDED.lag_ms, "
+    "projected_at = EXCLUDED.projected_at "
+    "WHERE projection_tracking.version = CAST(:expected_version AS bigint) "
+    "AND projection_tracking.position = CAST(:expected_position AS bigint) "
+    "AND projection_tracking.upcaster_registry_digest = EXCLUDED.upcaster_registry_digest "
+    "AND projection_tracking.reducer_version = EXCLUDED.reducer_version "
+)
+_TRACKING_IF_NONE_SUFFIX = "ON CONFLICT (tenant_id, organization_id, execution_id) DO NOTHING"
 #: Every row kind of a projection: the surfaces and the lineage.
 KINDS = (*SURFACES, LINEAGE)
 _UPSERT_SUFFIX = (
@@ -177,17 +200,55 @@ def lock_and_read(
     rows = conn.execute(_LOCK_AND_READ, _scope(tenant_id, organization_id, execution_id)).all()
     if not rows:
         return None
-    first = rows[0]
-    tracking = Tracking(
-        version=int(first.t_version),
-        position=int(first.t_position),
-        last_event_id=None if first.t_last_event_id is None else str(first.t_last_event_id),
-        registry_digest=first.t_digest,
-        reducer_version=int(first.t_reducer_version),
-        lag_ms=first.t_lag_ms,
-        projected_at=first.t_projected_at,
-    )
+    tracking = _prefixed_tracking(rows[0])
+    assert tracking is not None
     return tracking, [from_row(r._mapping) for r in rows if r.event_id is not None]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A delivery's first read: the delivered event's scope and position, the execution's tracking row,
+    and the events after its position when the delivered event is past it (else none)."""
+
+    position: int
+    tenant_id: str
+    organization_id: str
+    execution_id: str | None
+    stream_id: str
+    tracking: Tracking | None
+    after: list[Event]
+
+
+def delivery(conn: Connection, event_id: int) -> Delivery | None:
+    """What :data:`EVENT_AND_TRACKING` answers for ``event_id``; None when the log has no such event."""
+    rows = conn.execute(EVENT_AND_TRACKING, {"id": event_id}).all()
+    if not rows:
+        return None
+    first = rows[0]
+    return Delivery(
+        position=int(first.d_position),
+        tenant_id=first.d_tenant_id,
+        organization_id=first.d_organization_id,
+        execution_id=None if first.d_execution_id is None else str(first.d_execution_id),
+        stream_id=first.d_stream_id,
+        tracking=_prefixed_tracking(first),
+        after=[from_row(r._mapping) for r in rows if r.event_id is not None],
+    )
+
+
+def _prefixed_tracking(r: Any) -> Tracking | None:
+    """The ``t_``-prefixed tracking columns of a row (None when they are null: no tracking row)."""
+    if r.t_version is None:
+        return None
+    return Tracking(
+        version=int(r.t_version),
+        position=int(r.t_position),
+        last_event_id=None if r.t_last_event_id is None else str(r.t_last_event_id),
+        registry_digest=r.t_digest,
+        reducer_version=int(r.t_reducer_version),
+        lag_ms=r.t_lag_ms,
+        projected_at=r.t_projected_at,
+    )
 
 
 def tracking_of(r: Any) -> Tracking | None:
@@ -267,9 +328,14 @@ def save_projection(
     lag_ms: int | None,
     projected_at: datetime,
     kinds: Iterable[str] = KINDS,
-) -> int:
+    unless_changed: Tracking | Literal[False] | None = False,
+) -> bool:
     """Upsert the row kinds ``kinds`` of the execution's projection (by default all) and its tracking
-    row; a row already at a higher version is kept (version-monotonic). The number of rows written."""
+    row, in one statement; a row already at a higher version is kept (version-monotonic).
+
+    ``unless_changed``: the tracking row the fold started from, read without a lock (None: there was
+    none). The rows are written only if the tracking row is still that one; false when it was not
+    (nothing written: another fold committed meanwhile)."""
     common = {
         "tenant_id": tenant_id,
         "organization_id": organization_id,
@@ -293,10 +359,21 @@ def save_projection(
         lineage = state.lineage()
         rows.append({**common, "projection_type": LINEAGE, "state": lineage, "checksum": _lineage_checksum(lineage)})
     batch = InsertBatch()  # the surface rows and the tracking row in one statement
-    written = batch.insert(projection, rows, suffix=_UPSERT_SUFFIX)
-    batch.insert(projection_tracking, [common], suffix=_TRACKING_UPSERT_SUFFIX)
-    batch.execute(conn)
-    return len(written.returned)
+    if unless_changed is False:
+        batch.insert(projection, rows, suffix=_UPSERT_SUFFIX)
+        batch.insert(projection_tracking, [common], suffix=_TRACKING_UPSERT_SUFFIX)
+        batch.execute(conn)
+        return True
+    expected: dict[str, Any] = {}
+    if unless_changed is None:
+        suffix = _TRACKING_IF_NONE_SUFFIX
+    else:
+        suffix = _TRACKING_IF_UNCHANGED_SUFFIX
+        expected = {"expected_version": unless_changed.version, "expected_position": unless_changed.position}
+    tracked = batch.insert(projection_tracking, [common], suffix=suffix, returning=("execution_id",))
+    batch.insert(projection, rows, suffix=_UPSERT_SUFFIX, only_with=(tracked, "execution_id"))
+    batch.execute(conn, params=expected)
+    return bool(tracked.returned)
 
 
 def _lineage_checksum(rows: list[dict[str, Any]]) -> str:

@@ -228,7 +228,7 @@ def test_a_delivery_folds_its_batch_onto_the_surfaces_it_touches_and_a_duplicate
     assert again.outcome == "duplicate" and again.position == results[-1].position
     reads = [s for s in statements if s.upper().startswith("SELECT")]
     assert len(statements) == len(reads) == 1, statements  # the event joined with its tracking row: nothing else
-    assert "FROM event e LEFT JOIN projection_tracking t" in reads[0] and "e.event_id =" in reads[0]
+    assert "FROM event d LEFT JOIN projection_tracking t" in reads[0] and "d.event_id =" in reads[0]
     assert not [s for s in statements if "projection " in s or "projection_snapshot" in s or "lock" in s.lower()]
 
 
@@ -387,13 +387,17 @@ def test_a_fold_at_the_tip_takes_the_surfaces_this_instance_committed_and_loads_
     uncached = Projector(projector_role.engine, projector_role.registry, cache_rows=0)
     assert cached.handle(_last_event(rplane, eid)).outcome == "applied"
     loads: dict[str, int] = {}
+    statements: dict[str, list[str]] = {}
     who = ""
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.setdefault(who, []).append(" ".join(statement.split()))
         if "SELECT projection_type, version, state" in statement:
             loads[who] = loads.get(who, 0) + 1
 
-    event.listen(projector_role.engine, "before_cursor_execute", record)
+    engines = (projector_role.engine, projector_role.reader)
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", record)
     try:
         for name, projector in (("cached", cached), ("uncached", uncached), ("cached again", cached)):
             who = name
@@ -401,7 +405,13 @@ def test_a_fold_at_the_tip_takes_the_surfaces_this_instance_committed_and_loads_
             driver.run_one(command)  # a claim and a report: two writes, one batch
             assert projector.handle(_last_event(rplane, eid)).outcome == "applied"
     finally:
-        event.remove(projector_role.engine, "before_cursor_execute", record)
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", record)
+    # A fold at the tip is two round trips when the surfaces are kept: the first read (which brings the
+    # events after the tracking position) and one write, on autocommit: no BEGIN, no lock, no COMMIT.
+    first_read, write = statements["cached"]
+    assert "FROM event d LEFT JOIN projection_tracking t" in first_read
+    assert write.startswith("WITH") and 'INSERT INTO "projection_tracking"' in write
     # The cached instance folded the last write itself: no load. The other one loads; after it folded,
     # the first one's surfaces are at an older version than the tracking row: it loads too.
     assert loads == {"uncached": 1, "cached again": 1}
@@ -409,3 +419,34 @@ def test_a_fold_at_the_tip_takes_the_surfaces_this_instance_committed_and_loads_
     assert driver.status(eid)["status"] == "completed"
     report = _verify(rclient, eid)  # the rows the cached folds wrote are the fold of the log
     assert report["ok"] and report["events_behind"] == 0, report
+
+
+def test_a_fold_at_the_tip_writes_nothing_when_another_fold_committed_since_its_read(
+    rclient: FlaskClient, rplane: ControlPlane, projector_role: ProjectorRole, monkeypatch: Any
+) -> None:
+    from noetl_cloud.projector.service import Projector
+    from noetl_cloud.replay import postgres
+
+    register(rclient, chain_playbook("projector/race", 2))
+    driver = Driver(rclient, rplane.engine)
+    eid = driver.start("projector/race")
+    first, other = projector_role.projector, Projector(projector_role.engine, projector_role.registry)
+    assert first.handle(_last_event(rplane, eid)).outcome == "applied"
+    (command,) = driver.issued(eid)
+    driver.run_one(command)
+    last = _last_event(rplane, eid)
+    with projector_role.reader.connect() as conn:
+        stale = postgres.delivery(conn, last)  # the first read of one instance ...
+    assert stale is not None and stale.after
+    won = other.handle(last)  # ... while another folds the same events and commits
+    assert won.outcome == "applied" and won.applied == len(stale.after)
+    monkeypatch.setattr(postgres, "delivery", lambda conn, event_id: stale)
+    lost = first.handle(last)  # its conditional write finds the tracking row changed: the locked path
+    assert lost.outcome == "duplicate" and lost.position == won.position
+    with rplane.engine.connect() as conn:
+        tracked = conn.execute(
+            text("SELECT version FROM projection_tracking WHERE execution_id = :e"), {"e": int(eid)}
+        ).scalar_one()
+        total = conn.execute(text("SELECT count(*) FROM event WHERE execution_id = :e"), {"e": int(eid)}).scalar_one()
+    assert tracked == total  # each event folded once
+    assert _verify(rclient, eid)["ok"]
