@@ -73,6 +73,7 @@ class Metrics:
     """Counters of this process (the database holds the durable figures)."""
 
     deliveries: int = 0
+    locked_folds: int = 0  # deliveries folded under the execution's lock (not at the tip, or a lost race)
     applied_events: int = 0
     duplicates: int = 0
     unknown: int = 0
@@ -82,6 +83,10 @@ class Metrics:
     last_lag_ms: int | None = None
     max_lag_ms: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count(self, name: str) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + 1)
 
     def record(self, result: Applied, lag_ms: int | None) -> None:
         with self._lock:
@@ -149,6 +154,7 @@ class Projector:
             else:
                 result, lag, keep = self._at_tip(reader, scope, str(event_id), found) if own_stream else (None,) * 3
                 if result is None:  # not a plain fold at the tip, or another fold committed first
+                    self.metrics.count("locked_folds")
                     with self.engine.begin() as conn:
                         result, lag, keep = self._project(
                             conn, scope, str(event_id), found.position, own_stream=own_stream, tracking=tracking
@@ -162,12 +168,16 @@ class Projector:
     def _at_tip(
         self, conn: Connection, scope: tuple[str, str, str], event_id: str, found: sql.Delivery
     ) -> tuple[Applied | None, int | None, _Keep | None]:
-        """The fold of a delivery at the tip without a lock: the first read brought the events after the
-        tracking position; the surfaces they touch come from the cache or one read; the rows are written
-        in one statement only if the tracking row is still the one read (else None: the caller folds
-        under the lock). Not for a refold, nor for a batch that reaches a snapshot."""
-        tracking, events = found.tracking, [self.registry.upcast(e) for e in found.after]
-        if not events or (tracking is not None and not tracking.folded_with(self.registry.digest, REDUCER_VERSION)):
+        """The fold of a delivery at the tip without a lock: the events after the tracking position the
+        first read saw, the surfaces they touch from the cache or one read, and the rows written in one
+        statement only if the tracking row is still the one read (else None: the caller folds under the
+        lock). Not for a refold, nor for a batch that reaches a snapshot."""
+        tracking = found.tracking
+        if tracking is not None and not tracking.folded_with(self.registry.digest, REDUCER_VERSION):
+            return None, None, None
+        after = 0 if tracking is None else tracking.position
+        events = [self.registry.upcast(e) for e in sql.read_events(conn, *scope, after=after)]
+        if not events:
             return None, None, None
         every, version = self.snapshot_every, 0 if tracking is None else tracking.version
         if every > 0 and version // every != (version + len(events)) // every:
