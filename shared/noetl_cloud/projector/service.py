@@ -186,7 +186,8 @@ class Projector:
         if state is None:
             return None, None, None
         fold(events, self.registry, state)
-        return self._save(conn, scope, event_id, events, state, kinds, present, unless_changed=tracking)
+        stored = None if tracking is None else tracking.row_kinds
+        return self._save(conn, scope, event_id, events, state, kinds, present, stored, unless_changed=tracking)
 
     def _save(
         self,
@@ -197,13 +198,15 @@ class Projector:
         state: ReplayState,
         kinds: list[str],
         present: set[str],
+        stored: frozenset[str] | None,
         *,
         refolded: bool = False,
         snapshots: int = 0,
         unless_changed: sql.Tracking | Literal[False] | None = False,
     ) -> tuple[Applied | None, int | None, _Keep | None]:
-        """Write the folded ``kinds`` and the tracking row; what the fold did, or None when
-        ``unless_changed`` was not the tracking row any more (nothing written)."""
+        """Write the folded ``kinds`` (those with rows; ``stored``: the kinds with a row before, None for a
+        fold from the first event) and the tracking row; what the fold did, or None when ``unless_changed``
+        was not the tracking row any more (nothing written)."""
         now = self.clock()
         lag_ms = max(0, int((now - parse_time(events[-1]["ingest_time"])).total_seconds() * 1000))
         written = sql.save_projection(
@@ -218,9 +221,10 @@ class Projector:
             lag_ms=lag_ms,
             projected_at=now,
             kinds=kinds,
+            stored=stored,
             unless_changed=unless_changed,
         )
-        if not written:
+        if written is None:
             return None, None, None
         result = Applied(
             "applied",
@@ -230,7 +234,7 @@ class Projector:
             position=state.last_position,
             refolded=refolded,
             snapshots=snapshots,
-            surfaces=kinds,
+            surfaces=written,
         )
         kept = {kind: state.payload_refs if kind == LINEAGE else state.surfaces[kind] for kind in present}
         return result, lag_ms, (scope, state.event_count, self.registry.digest, kept)
@@ -300,9 +304,10 @@ class Projector:
         if not events:
             position = 0 if tracking is None else tracking.position
             return Applied("duplicate", event_id, execution_id, position=position), None, None
-        state, kinds, present = self._seed(conn, scope, None if fresh else tracking, events)
+        basis = None if fresh else tracking
+        state, kinds, present = self._seed(conn, scope, basis, events)
         if state is None:  # a row it needs is missing or was folded otherwise: refold from the first event
-            refolded = True
+            refolded, basis = True, None
             events = [self.registry.upcast(e) for e in sql.read_events(conn, *scope)]
             state, kinds, present = ReplayState(), list(sql.KINDS), set(sql.KINDS)
         snapshots: list[Snapshot] = []
@@ -330,8 +335,9 @@ class Projector:
                 keep=self.snapshot_keep,
                 anchor_every=self.snapshot_anchor_every,
             )
+        stored = None if basis is None else basis.row_kinds
         saved = self._save(
-            conn, scope, event_id, events, state, kinds, present, refolded=refolded, snapshots=len(snapshots)
+            conn, scope, event_id, events, state, kinds, present, stored, refolded=refolded, snapshots=len(snapshots)
         )
         assert saved[0] is not None  # under the lock: always written
         return saved[0], saved[1], saved[2]

@@ -14,7 +14,6 @@ from sqlalchemy import event, text
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.projector import catchup
 from noetl_cloud.projector.bootstrap import ProjectorRole
-from noetl_cloud.replay import SURFACES
 from noetl_cloud.replay.service import Cutoff
 from tests.integration.control_fixtures import register
 from tests.integration.distributed_driver import ENDED, Driver, golden_content
@@ -141,11 +140,18 @@ def test_lag_and_the_last_applied_event_are_exposed_and_drift_is_named(
             {"e": int(eid)},
         )
         conn.execute(
-            text("UPDATE projection SET checksum = 'forged' WHERE execution_id = :e AND projection_type = 'loops'"),
+            text("UPDATE projection SET checksum = 'forged' WHERE execution_id = :e AND projection_type = 'commands'"),
             {"e": int(eid)},
         )
     report = _verify(rclient, eid)
-    assert report["drift"] == ["loops"] or report["drift"] == ["execution", "loops"]
+    assert report["drift"] == ["commands"] or report["drift"] == ["execution", "commands"]
+    # The empty surfaces have no row: their live checksum is the empty surface's, and they do not drift.
+    assert report["live"]["projection_checksums"]["loops"] == report["replayed"]["projection_checksums"]["loops"]
+    with rplane.engine.begin() as conn:  # a row the tracking row lists goes missing: that surface drifts
+        conn.execute(
+            text("DELETE FROM projection WHERE execution_id = :e AND projection_type = 'stages'"), {"e": int(eid)}
+        )
+    assert "stages" in _verify(rclient, eid)["drift"]
 
 
 def test_a_projection_folded_with_another_registry_is_refolded_from_the_first_event(
@@ -194,7 +200,8 @@ def test_a_delivery_folds_its_batch_onto_the_surfaces_it_touches_and_a_duplicate
         driver.run_one(command)
         results.append(projector.handle(_last_event(rplane, eid)))
     assert [r.outcome for r in results] == ["applied"] * len(results)
-    assert results[0].surfaces == [*SURFACES, "payload_refs"]  # a first fold writes every row kind
+    # A first fold writes the row kinds that have rows; the empty surfaces get none.
+    assert results[0].surfaces == ["execution", "stages", "commands"]
     claims, reports = results[1::2], results[2::2]
     assert claims and all(r.surfaces == ["commands"] for r in claims)
     turns = [set(r.surfaces or ()) for r in reports]
@@ -209,7 +216,8 @@ def test_a_delivery_folds_its_batch_onto_the_surfaces_it_touches_and_a_duplicate
         tracked = conn.execute(
             text("SELECT version FROM projection_tracking WHERE execution_id = :e"), {"e": int(eid)}
         ).scalar_one()
-    assert versions["frames"] == results[0].applied < versions["execution"] == tracked  # untouched rows kept
+    assert versions["execution"] == tracked
+    assert set(versions) == {"execution", "stages", "commands"}  # the empty surfaces have no row
     assert _verify(rclient, eid)["ok"]
 
     statements: list[str] = []
@@ -450,4 +458,34 @@ def test_a_fold_at_the_tip_writes_nothing_when_another_fold_committed_since_its_
         ).scalar_one()
         total = conn.execute(text("SELECT count(*) FROM event WHERE execution_id = :e"), {"e": int(eid)}).scalar_one()
     assert tracked == total  # each event folded once
+    assert _verify(rclient, eid)["ok"]
+
+
+def test_empty_surfaces_get_no_row_and_a_projection_written_before_row_kinds_is_refolded(
+    rclient: FlaskClient, rplane: ControlPlane, projector_role: ProjectorRole
+) -> None:
+    register(rclient, chain_playbook("projector/rows", 3))
+    driver = Driver(rclient, rplane.engine)
+    eid = driver.start("projector/rows")
+    driver.run_to_end(eid)
+    projector = projector_role.projector
+    assert projector.handle(_last_event(rplane, eid)).outcome == "applied"
+
+    def stored() -> tuple[set[str], list[str] | None]:
+        with rplane.engine.connect() as conn:
+            kinds = conn.execute(
+                text("SELECT projection_type FROM projection WHERE execution_id = :e"), {"e": int(eid)}
+            ).all()
+            listed = conn.execute(
+                text("SELECT row_kinds FROM projection_tracking WHERE execution_id = :e"), {"e": int(eid)}
+            ).scalar_one()
+        return {k for (k,) in kinds}, listed
+
+    assert stored() == ({"execution", "stages", "commands"}, ["execution", "stages", "commands"])
+    assert _verify(rclient, eid)["ok"]  # the missing rows are the empty surfaces: no drift
+    with rplane.engine.begin() as conn:  # as a tracking row written before migration 0013 reads: every kind
+        conn.execute(text("UPDATE projection_tracking SET row_kinds = NULL WHERE execution_id = :e"), {"e": int(eid)})
+    rebuilt = projector.project("acme", "ops", eid)  # rows missing for kinds it lists: refolded
+    assert rebuilt.refolded and rebuilt.surfaces == ["execution", "stages", "commands"]
+    assert stored() == ({"execution", "stages", "commands"}, ["execution", "stages", "commands"])
     assert _verify(rclient, eid)["ok"]
