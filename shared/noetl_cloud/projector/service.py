@@ -2,21 +2,27 @@
 
 A delivery names one event. The projector never folds "that event" alone:
 
-1. it reads the projection's tracking row (position, events folded; no surface state). A delivery
-   of an event of the execution's own stream at or below the tracking position is a ``duplicate``
-   (that stream commits in position order): nothing else is read, no lock is taken;
-2. otherwise it locks the execution (a transaction-scoped advisory lock: two instances never fold
-   one execution at once), reads the tracking row again and every event after its position up to
-   the tip — one batch, however many deliveries it covers (those that follow are duplicates);
-3. it loads only the surfaces those events change (:func:`~noetl_cloud.replay.reducers.touches`),
-   folds with the reducers and upcasters of replay, and writes those surfaces and the tracking row.
+1. it reads the event with the projection's tracking row (position, events folded; no surface state).
+   A delivery of an event of the execution's own stream at or below the tracking position is a
+   ``duplicate`` (that stream commits in position order): nothing else is read, no lock is taken;
+2. otherwise, at the tip, it reads every event after the tracking position (one batch, however many
+   deliveries it covers: those that follow are duplicates), loads only the surfaces those events
+   change (:func:`~noetl_cloud.replay.reducers.touches`; from the instance's cache when it folded the
+   execution last), folds with the reducers and upcasters of replay, and writes those surfaces and
+   the tracking row in one autocommit statement that writes only if the tracking row is still the
+   one read. No lock: three round trips;
+3. when that write finds another fold committed (or for an event of another stream, a refold, a
+   batch reaching a snapshot), it folds under the execution's lock: the tracking row ``FOR UPDATE``
+   (an advisory lock for a first fold), the events after its latest committed position, the same
+   fold and write.
 
-So duplicates and deliveries in any order converge to the fold of the log.
+So duplicates and deliveries in any order converge to the fold of the log. A surface with no rows
+gets no projection row; the tracking row lists the kinds that have one.
 
-Guards: a projection folded with another registry digest or reducer version, or missing a row kind
-it needs, is refolded from the first event; so is one that no longer covers every event up to its
-position (an event of another stream of the execution committed late below it: checked when such
-an event is delivered, and on a rebuild). Rows are written with a version-monotonic upsert. A
+Guards: a projection folded with another registry digest or reducer version, or missing a row the
+tracking row lists, is refolded from the first event; so is one that no longer covers every event up
+to its position (an event of another stream of the execution committed late below it: checked when
+such an event is delivered, and on a rebuild). Rows are written with a version-monotonic upsert. A
 replay-state snapshot is written each time the event count reaches a multiple of
 ``snapshot_every`` (the batch then loads every surface), and the execution's snapshots are pruned
 to the few replay needs (:mod:`noetl_cloud.replay.snapshot_store`).
