@@ -28,6 +28,7 @@ the projector. In order:
     make up && .venv/bin/python bench/scale.py [--executions 300000] [--loops 2000,10000]
     .venv/bin/python bench/scale.py --executions 20000 --loops 300,1000 --starts 300   # quick check
     .venv/bin/python bench/scale.py --only bytes              # step 1 alone: the bytes table, in about a minute
+    .venv/bin/python bench/scale.py --only fold [--burst 500]  # step 3 alone (about a minute)
 
 Ends with ``ratio start_300k``, ``ratio projector_fold_to_write``, ``ratio loop_last_to_first`` (the
 longest loop) and ``bytes per execution`` (before retention). Never fails on timing.
@@ -203,7 +204,14 @@ def start_rate(api: Api, engine: Engine, n: int, repeats: int = 2) -> float:
 # -- 3. projector fold rate against the write rate of a burst -------------------------------------
 
 
-def fold_against_write(api: Api, engine: Engine, burst: int) -> dict[str, float]:
+def projector_process(projector: str) -> dict[str, Any]:
+    """The projector role's process counters (deliveries, applied events, duplicates)."""
+    answer = ApiClient(projector, token_source=static_token(TOKEN), timeout_s=30).get("/api/projector/status")
+    assert answer.status == 200, answer.json
+    return dict(answer.json["process"])
+
+
+def fold_against_write(api: Api, engine: Engine, burst: int, projector: str | None = None) -> dict[str, float]:
     # The whole stack's figure (bench/projector_fold.py measures the projector alone). Written: the burst's
     # events. Folded: every event the projector folded over the same window (the rise of the events its
     # tracking rows count), whichever execution it belongs to: a projector still folding an earlier backlog
@@ -211,11 +219,17 @@ def fold_against_write(api: Api, engine: Engine, burst: int) -> dict[str, float]
     lowest = first_id(utc_now())
     folded_sql = "SELECT coalesce(sum(version), 0) FROM projection_tracking"
     folded_before = int(scalar(engine, folded_sql))
+    process_before = projector_process(projector) if projector else {}
     begin = time.perf_counter()
     ids = api.batch("bench/three", burst)
     wait_ended(engine, ids, timeout=900)
     window = time.perf_counter() - begin
     folded = int(scalar(engine, folded_sql)) - folded_before
+    process = projector_process(projector) if projector else {}
+    # The projector's deliveries over the window: with the emulator's push, their rate (not the fold's cost)
+    # bounds what is folded while the burst is written.
+    counted = ("deliveries", "duplicates", "locked_folds", "applied_events")
+    deliveries = {k: process[k] - process_before[k] for k in counted} if projector else {}
     written = int(scalar(engine, "SELECT count(*) FROM event WHERE execution_id >= :lo", lo=lowest))
     behind_sql = "SELECT coalesce(sum(version), 0) FROM projection_tracking WHERE execution_id >= :lo"
     caught_up = time.perf_counter()
@@ -227,6 +241,7 @@ def fold_against_write(api: Api, engine: Engine, burst: int) -> dict[str, float]
         "written": written,
         "folded": folded,
         "window_s": window,
+        **{f"{k}_in_window": float(v) for k, v in deliveries.items()},
     }
 
 
@@ -257,6 +272,23 @@ def loop_cost(api: Api, engine: Engine, n: int) -> dict[str, float]:
     }
 
 
+def print_fold(burst: int, fold: dict[str, float], *, ratio: bool = True) -> None:
+    print(
+        f"burst of {burst} 3-step executions: {fold['written']} events written in {fold['window_s']:.1f} s "
+        f"({fold['written_per_s']:.0f}/s); the projector folded {fold['folded']} events over that window "
+        f"({fold['folded_per_s']:.0f}/s, of any execution); the burst's all folded {fold['catch_up_s']:.1f} s after"
+    )
+    if "deliveries_in_window" in fold:
+        print(
+            f"  the projector took {fold['deliveries_in_window']:.0f} deliveries over the window "
+            f"({fold['deliveries_in_window'] / fold['window_s']:.0f}/s; {fold['duplicates_in_window']:.0f} duplicates, "
+            f"{fold.get('locked_folds_in_window', 0):.0f} folded under the lock, "
+            f"{fold['applied_events_in_window']:.0f} events applied)"
+        )
+    if ratio:
+        print(f"ratio projector_fold_to_write: {fold['folded_per_s'] / fold['written_per_s']:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--executions", type=int, default=300_000, help="the largest size seeded")
@@ -265,7 +297,10 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=500, help="3-step executions of the projector burst")
     parser.add_argument("--loops", default="2000,10000", help="sequential loop lengths, comma-separated")
     parser.add_argument(
-        "--only", choices=("bytes",), help="bytes: step 1 alone (no seeding, burst or loops), its table and last line"
+        "--only",
+        choices=("bytes", "fold"),
+        help="bytes: step 1 alone (no seeding, burst or loops), its table and last line; fold: step 3 alone "
+        "(after a warm-up of 50 executions), the burst and the ratio projector_fold_to_write",
     )
     args = parser.parse_args()
     loops = [int(n) for n in args.loops.split(",") if n]
@@ -304,6 +339,11 @@ def main() -> None:
     settings = Settings(database_url=url)
     try:
         api.register(PLAYBOOK)
+        if args.only == "fold":
+            wait_ended(engine, api.batch("bench/three", 50), timeout=300)  # warm: connections, statements
+            fold = fold_against_write(api, engine, args.burst, f"http://127.0.0.1:{port + 2}")
+            print_fold(args.burst, fold)
+            return
         size = bytes_per_execution(api, engine, settings, args.sample)
         print(f"progress: bytes per execution {size['total']:.0f} before retention", flush=True)
         if args.only == "bytes":
@@ -324,7 +364,7 @@ def main() -> None:
             print(
                 f"progress: start throughput at {target}: {rates[target]:.1f}/s (empty: {rates[0]:.1f}/s)", flush=True
             )
-        fold = fold_against_write(api, engine, args.burst)
+        fold = fold_against_write(api, engine, args.burst, f"http://127.0.0.1:{port + 2}")
         print(f"progress: fold {fold['folded_per_s']:.0f}/s, write {fold['written_per_s']:.0f}/s", flush=True)
         loop_results = {}
         for n in loops:
@@ -343,11 +383,7 @@ def main() -> None:
     print(f"start throughput (best of 2 x {args.starts} single starts, 8 threads; {event_rows} event rows at the end):")
     for n, rate in rates.items():
         print(f"  at {n:>8} executions: {rate:7.1f} executions/s   ratio to empty {rate / rates[0]:.2f}")
-    print(
-        f"burst of {args.burst} 3-step executions: {fold['written']} events written in {fold['window_s']:.1f} s "
-        f"({fold['written_per_s']:.0f}/s); the projector folded {fold['folded']} events over that window "
-        f"({fold['folded_per_s']:.0f}/s, of any execution); the burst's all folded {fold['catch_up_s']:.1f} s after"
-    )
+    print_fold(args.burst, fold, ratio=False)
     for n, r in loop_results.items():
         print(
             f"sequential loop of {n}: first hundred {r['first_ms']:.1f} ms/iteration, last hundred "
@@ -358,6 +394,7 @@ def main() -> None:
         print(f"(start_300k below is measured at {args.executions} executions: --executions)")
     print(f"ratio start_300k: {rates[args.executions] / rates[0]:.2f}")
     print(f"ratio projector_fold_to_write: {fold['folded_per_s'] / fold['written_per_s']:.2f}")
+
     if not loop_results:
         print("(no loop was run, --loops is empty: loop_last_to_first below is 0)")
     print(f"ratio loop_last_to_first: {largest['ratio']:.2f}")

@@ -26,6 +26,7 @@ TABLES = (
     "command",
     "loop_run",
     "projection",
+    "projection_tracking",
     "projection_snapshot",
     "stage",
     "frame",
@@ -37,6 +38,7 @@ CLONED = (
     ("event", "event_id", ("stream_id", "aggregate_id", "idempotency_key")),
     ("command", "command_id", ()),
     ("projection", None, ()),
+    ("projection_tracking", None, ()),
 )
 
 

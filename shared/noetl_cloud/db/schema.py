@@ -27,7 +27,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -348,9 +348,10 @@ rerun_operation = Table(
     CheckConstraint("state IN ('running', 'done', 'failed')", name="state_known"),
 )
 
-# Live projections (spec §7.4), one row per (execution, surface): the surface's rows as folded by the
-# projector, the number of events folded (``version``: upserts only ever raise it) and the tracking
-# position (the store position of the last event folded). ``payload_refs`` keeps the lineage.
+# Live projections (spec §7.4), one row per (execution, surface) that has rows: the surface's rows as
+# folded by the projector and the number of events folded when it was last written (``version``:
+# upserts only ever raise it). ``payload_refs`` keeps the lineage. The execution's tracking row says
+# which kinds have a row (``row_kinds``); a kind without one is the empty surface.
 projection = Table(
     "projection",
     metadata,
@@ -359,21 +360,15 @@ projection = Table(
     Column("execution_id", BigInteger, primary_key=True, autoincrement=False),
     Column("projection_type", Text, primary_key=True),
     Column("version", BigInteger, nullable=False),
-    Column("position", BigInteger, nullable=False),
-    Column("last_event_id", BigInteger, nullable=True),
     Column("state", JSONB, nullable=False),
     Column("checksum", Text, nullable=False),
     Column("upcaster_registry_digest", Text, nullable=False),
     Column("reducer_version", Integer, nullable=False),
-    Column("event_time_watermark", DateTime(timezone=True), nullable=True),
-    Column("lag_ms", BigInteger, nullable=True),
-    Column("projected_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     CheckConstraint(
         "projection_type IN ('execution', 'stages', 'frames', 'commands', 'loops', 'business_objects', 'payload_refs')",
         name="type_known",
     ),
     CheckConstraint("version >= 0", name="version_not_negative"),
-    Index(None, "projected_at"),
 )
 
 # Replay-state snapshots (spec §3.2): the whole state of an execution at ``position``, with what it
@@ -425,6 +420,7 @@ projection_tracking = Table(
     Column("event_time_watermark", DateTime(timezone=True), nullable=True),
     Column("lag_ms", BigInteger, nullable=True),
     Column("projected_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("row_kinds", ARRAY(Text), nullable=True),  # kinds with a projection row; NULL: every kind (pre-0013)
     CheckConstraint("version >= 0", name="version_not_negative"),
     Index(None, "projected_at"),
 )

@@ -2,21 +2,27 @@
 
 A delivery names one event. The projector never folds "that event" alone:
 
-1. it reads the projection's tracking row (position, events folded; no surface state). A delivery
-   of an event of the execution's own stream at or below the tracking position is a ``duplicate``
-   (that stream commits in position order): nothing else is read, no lock is taken;
-2. otherwise it locks the execution (a transaction-scoped advisory lock: two instances never fold
-   one execution at once), reads the tracking row again and every event after its position up to
-   the tip — one batch, however many deliveries it covers (those that follow are duplicates);
-3. it loads only the surfaces those events change (:func:`~noetl_cloud.replay.reducers.touches`),
-   folds with the reducers and upcasters of replay, and writes those surfaces and the tracking row.
+1. it reads the event with the projection's tracking row (position, events folded; no surface state).
+   A delivery of an event of the execution's own stream at or below the tracking position is a
+   ``duplicate`` (that stream commits in position order): nothing else is read, no lock is taken;
+2. otherwise, at the tip, it reads every event after the tracking position (one batch, however many
+   deliveries it covers: those that follow are duplicates), loads only the surfaces those events
+   change (:func:`~noetl_cloud.replay.reducers.touches`; from the instance's cache when it folded the
+   execution last), folds with the reducers and upcasters of replay, and writes those surfaces and
+   the tracking row in one autocommit statement that writes only if the tracking row is still the
+   one read. No lock: three round trips;
+3. when that write finds another fold committed (or for an event of another stream, a refold, a
+   batch reaching a snapshot), it folds under the execution's lock: the tracking row ``FOR UPDATE``
+   (an advisory lock for a first fold), the events after its latest committed position, the same
+   fold and write.
 
-So duplicates and deliveries in any order converge to the fold of the log.
+So duplicates and deliveries in any order converge to the fold of the log. A surface with no rows
+gets no projection row; the tracking row lists the kinds that have one.
 
-Guards: a projection folded with another registry digest or reducer version, or missing a row kind
-it needs, is refolded from the first event; so is one that no longer covers every event up to its
-position (an event of another stream of the execution committed late below it: checked when such
-an event is delivered, and on a rebuild). Rows are written with a version-monotonic upsert. A
+Guards: a projection folded with another registry digest or reducer version, or missing a row the
+tracking row lists, is refolded from the first event; so is one that no longer covers every event up
+to its position (an event of another stream of the execution committed late below it: checked when
+such an event is delivered, and on a rebuild). Rows are written with a version-monotonic upsert. A
 replay-state snapshot is written each time the event count reaches a multiple of
 ``snapshot_every`` (the batch then loads every surface), and the execution's snapshots are pruned
 to the few replay needs (:mod:`noetl_cloud.replay.snapshot_store`).
@@ -28,7 +34,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, text
 
@@ -73,6 +79,7 @@ class Metrics:
     """Counters of this process (the database holds the durable figures)."""
 
     deliveries: int = 0
+    locked_folds: int = 0  # deliveries folded under the execution's lock (not at the tip, or a lost race)
     applied_events: int = 0
     duplicates: int = 0
     unknown: int = 0
@@ -82,6 +89,10 @@ class Metrics:
     last_lag_ms: int | None = None
     max_lag_ms: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count(self, name: str) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + 1)
 
     def record(self, result: Applied, lag_ms: int | None) -> None:
         with self._lock:
@@ -116,7 +127,8 @@ class Projector:
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.engine = engine
-        self.reader = reader or engine  # a delivery's first read (autocommit in the role)
+        # A delivery runs on autocommit connections (its fold at the tip is one conditional write).
+        self.reader = reader or engine.execution_options(isolation_level="AUTOCOMMIT")
         self.registry = registry
         self.snapshot_every = snapshot_every
         self.snapshot_keep = snapshot_keep
@@ -127,35 +139,111 @@ class Projector:
 
     def handle(self, event_id: int) -> Applied:
         """Fold the execution of event ``event_id`` up to its tip (the push endpoint's one call)."""
+        with self.reader.connect() as reader:  # autocommit: each statement its own transaction
+            return self._deliver(reader, event_id)
+
+    def _deliver(self, reader: Connection, event_id: int) -> Applied:
         lag: int | None = None
         keep: _Keep | None = None
-        with self.reader.connect() as conn:
-            found = conn.execute(sql.EVENT_AND_TRACKING, {"id": event_id}).first()
+        found = sql.delivery(reader, event_id)
         if found is None:  # not in this log (another deployment's, or a test's database)
-            result = Applied("unknown_event", str(event_id))
+            result: Applied | None = Applied("unknown_event", str(event_id))
         elif found.execution_id is None:  # catalog, subscription, spool events: no execution surface
             result = Applied("no_execution", str(event_id))
         else:
-            scope = (found.tenant_id, found.organization_id, str(found.execution_id))
+            scope = (found.tenant_id, found.organization_id, found.execution_id)
             own_stream = found.stream_id == f"execution/{found.execution_id}"
-            tracking = sql.tracking_of(found)
-            if own_stream and self._covers(tracking, int(found.event_position)):
+            tracking = found.tracking
+            if own_stream and self._covers(tracking, found.position):
                 assert tracking is not None
                 result = Applied("duplicate", str(event_id), scope[2], position=tracking.position)
             else:
-                with self.engine.begin() as conn:
-                    result, lag, keep = self._project(
-                        conn,
-                        scope,
-                        str(event_id),
-                        int(found.event_position),
-                        own_stream=own_stream,
-                        tracking=tracking,
-                    )
+                result, lag, keep = self._at_tip(reader, scope, str(event_id), found) if own_stream else (None,) * 3
+                if result is None:  # not a plain fold at the tip, or another fold committed first
+                    self.metrics.count("locked_folds")
+                    with self.engine.begin() as conn:
+                        result, lag, keep = self._project(
+                            conn, scope, str(event_id), found.position, own_stream=own_stream, tracking=tracking
+                        )
         if keep is not None:  # committed: the next fold of the execution may start from these
             self.cache.put(*keep)
+        assert result is not None
         self.metrics.record(result, lag)
         return result
+
+    def _at_tip(
+        self, conn: Connection, scope: tuple[str, str, str], event_id: str, found: sql.Delivery
+    ) -> tuple[Applied | None, int | None, _Keep | None]:
+        """The fold of a delivery at the tip without a lock: the events after the tracking position the
+        first read saw, the surfaces they touch from the cache or one read, and the rows written in one
+        statement only if the tracking row is still the one read (else None: the caller folds under the
+        lock). Not for a refold, nor for a batch that reaches a snapshot."""
+        tracking = found.tracking
+        if tracking is not None and not tracking.folded_with(self.registry.digest, REDUCER_VERSION):
+            return None, None, None
+        after = 0 if tracking is None else tracking.position
+        events = [self.registry.upcast(e) for e in sql.read_events(conn, *scope, after=after)]
+        if not events:
+            return None, None, None
+        every, version = self.snapshot_every, 0 if tracking is None else tracking.version
+        if every > 0 and version // every != (version + len(events)) // every:
+            return None, None, None
+        state, kinds, present = self._seed(conn, scope, tracking, events)
+        if state is None:
+            return None, None, None
+        fold(events, self.registry, state)
+        stored = None if tracking is None else tracking.row_kinds
+        return self._save(conn, scope, event_id, events, state, kinds, present, stored, unless_changed=tracking)
+
+    def _save(
+        self,
+        conn: Connection,
+        scope: tuple[str, str, str],
+        event_id: str | None,
+        events: list[Event],
+        state: ReplayState,
+        kinds: list[str],
+        present: set[str],
+        stored: frozenset[str] | None,
+        *,
+        refolded: bool = False,
+        snapshots: int = 0,
+        unless_changed: sql.Tracking | Literal[False] | None = False,
+    ) -> tuple[Applied | None, int | None, _Keep | None]:
+        """Write the folded ``kinds`` (those with rows; ``stored``: the kinds with a row before, None for a
+        fold from the first event) and the tracking row; what the fold did, or None when ``unless_changed``
+        was not the tracking row any more (nothing written)."""
+        now = self.clock()
+        lag_ms = max(0, int((now - parse_time(events[-1]["ingest_time"])).total_seconds() * 1000))
+        written = sql.save_projection(
+            conn,
+            state,
+            tenant_id=scope[0],
+            organization_id=scope[1],
+            execution_id=scope[2],
+            registry_digest=self.registry.digest,
+            reducer_version=REDUCER_VERSION,
+            watermark=parse_time(max(e["event_time"] for e in events)),
+            lag_ms=lag_ms,
+            projected_at=now,
+            kinds=kinds,
+            stored=stored,
+            unless_changed=unless_changed,
+        )
+        if written is None:
+            return None, None, None
+        result = Applied(
+            "applied",
+            event_id or state.last_event_id,
+            scope[2],
+            applied=len(events),
+            position=state.last_position,
+            refolded=refolded,
+            snapshots=snapshots,
+            surfaces=written,
+        )
+        kept = {kind: state.payload_refs if kind == LINEAGE else state.surfaces[kind] for kind in present}
+        return result, lag_ms, (scope, state.event_count, self.registry.digest, kept)
 
     def project(self, tenant_id: str, organization_id: str, execution_id: str) -> Applied:
         """Fold an execution up to its tip (a rebuild, or a catch-up without a delivery): every stored
@@ -222,9 +310,10 @@ class Projector:
         if not events:
             position = 0 if tracking is None else tracking.position
             return Applied("duplicate", event_id, execution_id, position=position), None, None
-        state, kinds, present = self._seed(conn, scope, None if fresh else tracking, events)
+        basis = None if fresh else tracking
+        state, kinds, present = self._seed(conn, scope, basis, events)
         if state is None:  # a row it needs is missing or was folded otherwise: refold from the first event
-            refolded = True
+            refolded, basis = True, None
             events = [self.registry.upcast(e) for e in sql.read_events(conn, *scope)]
             state, kinds, present = ReplayState(), list(sql.KINDS), set(sql.KINDS)
         snapshots: list[Snapshot] = []
@@ -252,33 +341,12 @@ class Projector:
                 keep=self.snapshot_keep,
                 anchor_every=self.snapshot_anchor_every,
             )
-        now = self.clock()
-        lag_ms = max(0, int((now - parse_time(events[-1]["ingest_time"])).total_seconds() * 1000))
-        sql.save_projection(
-            conn,
-            state,
-            tenant_id=scope[0],
-            organization_id=scope[1],
-            execution_id=execution_id,
-            registry_digest=digest,
-            reducer_version=REDUCER_VERSION,
-            watermark=parse_time(max(e["event_time"] for e in events)),
-            lag_ms=lag_ms,
-            projected_at=now,
-            kinds=kinds,
+        stored = None if basis is None else basis.row_kinds
+        saved = self._save(
+            conn, scope, event_id, events, state, kinds, present, stored, refolded=refolded, snapshots=len(snapshots)
         )
-        result = Applied(
-            "applied",
-            event_id or state.last_event_id,
-            execution_id,
-            applied=len(events),
-            position=state.last_position,
-            refolded=refolded,
-            snapshots=len(snapshots),
-            surfaces=kinds,
-        )
-        kept = {kind: state.payload_refs if kind == LINEAGE else state.surfaces[kind] for kind in present}
-        return result, lag_ms, (scope, state.event_count, digest, kept)
+        assert saved[0] is not None  # under the lock: always written
+        return saved[0], saved[1], saved[2]
 
     def _covers(self, tracking: sql.Tracking | None, position: int) -> bool:
         """The tracking row covers an event of the execution's own stream at ``position``: that stream

@@ -148,8 +148,8 @@ class ReplayService:
         )
         fresh = replayed.state.surface_checksums()
         with self.engine.connect() as conn:
-            live_checksums = sql.live_checksums(conn, tenant_id, organization_id, execution_id)
             tracking = sql.load_tracking(conn, tenant_id, organization_id, execution_id)
+            live_checksums = sql.live_checksums(conn, tenant_id, organization_id, execution_id, tracking)
         drift = [name for name in SURFACES if live_checksums.get(name) != fresh[name]]
         summary = tracking.summary() if tracking is not None else {"exists": False}
         return {

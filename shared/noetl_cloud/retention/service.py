@@ -81,6 +81,7 @@ _REMOVE = tuple(
         "DELETE FROM loop_run WHERE execution_id = :e",
         "DELETE FROM command WHERE execution_id = :e",
         "DELETE FROM projection WHERE execution_id = :e",
+        "DELETE FROM projection_tracking WHERE execution_id = :e",
         "DELETE FROM projection_snapshot WHERE execution_id = :e",
         "DELETE FROM subscription_dedup WHERE execution_id = :e",
         # The heads of its streams: nothing appends to a removed execution (its events stay until their

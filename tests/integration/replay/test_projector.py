@@ -14,7 +14,6 @@ from sqlalchemy import event, text
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.projector import catchup
 from noetl_cloud.projector.bootstrap import ProjectorRole
-from noetl_cloud.replay import SURFACES
 from noetl_cloud.replay.service import Cutoff
 from tests.integration.control_fixtures import register
 from tests.integration.distributed_driver import ENDED, Driver, golden_content
@@ -141,11 +140,18 @@ def test_lag_and_the_last_applied_event_are_exposed_and_drift_is_named(
             {"e": int(eid)},
         )
         conn.execute(
-            text("UPDATE projection SET checksum = 'forged' WHERE execution_id = :e AND projection_type = 'loops'"),
+            text("UPDATE projection SET checksum = 'forged' WHERE execution_id = :e AND projection_type = 'commands'"),
             {"e": int(eid)},
         )
     report = _verify(rclient, eid)
-    assert report["drift"] == ["loops"] or report["drift"] == ["execution", "loops"]
+    assert report["drift"] == ["commands"] or report["drift"] == ["execution", "commands"]
+    # The empty surfaces have no row: their live checksum is the empty surface's, and they do not drift.
+    assert report["live"]["projection_checksums"]["loops"] == report["replayed"]["projection_checksums"]["loops"]
+    with rplane.engine.begin() as conn:  # a row the tracking row lists goes missing: that surface drifts
+        conn.execute(
+            text("DELETE FROM projection WHERE execution_id = :e AND projection_type = 'stages'"), {"e": int(eid)}
+        )
+    assert "stages" in _verify(rclient, eid)["drift"]
 
 
 def test_a_projection_folded_with_another_registry_is_refolded_from_the_first_event(
@@ -194,7 +200,8 @@ def test_a_delivery_folds_its_batch_onto_the_surfaces_it_touches_and_a_duplicate
         driver.run_one(command)
         results.append(projector.handle(_last_event(rplane, eid)))
     assert [r.outcome for r in results] == ["applied"] * len(results)
-    assert results[0].surfaces == [*SURFACES, "payload_refs"]  # a first fold writes every row kind
+    # A first fold writes the row kinds that have rows; the empty surfaces get none.
+    assert results[0].surfaces == ["execution", "stages", "commands"]
     claims, reports = results[1::2], results[2::2]
     assert claims and all(r.surfaces == ["commands"] for r in claims)
     turns = [set(r.surfaces or ()) for r in reports]
@@ -209,7 +216,8 @@ def test_a_delivery_folds_its_batch_onto_the_surfaces_it_touches_and_a_duplicate
         tracked = conn.execute(
             text("SELECT version FROM projection_tracking WHERE execution_id = :e"), {"e": int(eid)}
         ).scalar_one()
-    assert versions["frames"] == results[0].applied < versions["execution"] == tracked  # untouched rows kept
+    assert versions["execution"] == tracked
+    assert set(versions) == {"execution", "stages", "commands"}  # the empty surfaces have no row
     assert _verify(rclient, eid)["ok"]
 
     statements: list[str] = []
@@ -228,7 +236,7 @@ def test_a_delivery_folds_its_batch_onto_the_surfaces_it_touches_and_a_duplicate
     assert again.outcome == "duplicate" and again.position == results[-1].position
     reads = [s for s in statements if s.upper().startswith("SELECT")]
     assert len(statements) == len(reads) == 1, statements  # the event joined with its tracking row: nothing else
-    assert "FROM event e LEFT JOIN projection_tracking t" in reads[0] and "e.event_id =" in reads[0]
+    assert "FROM event d LEFT JOIN projection_tracking t" in reads[0] and "d.event_id =" in reads[0]
     assert not [s for s in statements if "projection " in s or "projection_snapshot" in s or "lock" in s.lower()]
 
 
@@ -387,13 +395,17 @@ def test_a_fold_at_the_tip_takes_the_surfaces_this_instance_committed_and_loads_
     uncached = Projector(projector_role.engine, projector_role.registry, cache_rows=0)
     assert cached.handle(_last_event(rplane, eid)).outcome == "applied"
     loads: dict[str, int] = {}
+    statements: dict[str, list[str]] = {}
     who = ""
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.setdefault(who, []).append(" ".join(statement.split()))
         if "SELECT projection_type, version, state" in statement:
             loads[who] = loads.get(who, 0) + 1
 
-    event.listen(projector_role.engine, "before_cursor_execute", record)
+    engines = (projector_role.engine, projector_role.reader)
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", record)
     try:
         for name, projector in (("cached", cached), ("uncached", uncached), ("cached again", cached)):
             who = name
@@ -401,7 +413,14 @@ def test_a_fold_at_the_tip_takes_the_surfaces_this_instance_committed_and_loads_
             driver.run_one(command)  # a claim and a report: two writes, one batch
             assert projector.handle(_last_event(rplane, eid)).outcome == "applied"
     finally:
-        event.remove(projector_role.engine, "before_cursor_execute", record)
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", record)
+    # A fold at the tip is three round trips when the surfaces are kept: the first read, the events after
+    # the tracking position, and one write, on autocommit: no BEGIN, no lock, no COMMIT.
+    first_read, events, write = statements["cached"]
+    assert "FROM event d LEFT JOIN projection_tracking t" in first_read
+    assert events.startswith("SELECT position, event_id") and "position > " in events
+    assert write.startswith("WITH") and 'INSERT INTO "projection_tracking"' in write
     # The cached instance folded the last write itself: no load. The other one loads; after it folded,
     # the first one's surfaces are at an older version than the tracking row: it loads too.
     assert loads == {"uncached": 1, "cached again": 1}
@@ -409,3 +428,64 @@ def test_a_fold_at_the_tip_takes_the_surfaces_this_instance_committed_and_loads_
     assert driver.status(eid)["status"] == "completed"
     report = _verify(rclient, eid)  # the rows the cached folds wrote are the fold of the log
     assert report["ok"] and report["events_behind"] == 0, report
+
+
+def test_a_fold_at_the_tip_writes_nothing_when_another_fold_committed_since_its_read(
+    rclient: FlaskClient, rplane: ControlPlane, projector_role: ProjectorRole, monkeypatch: Any
+) -> None:
+    from noetl_cloud.projector.service import Projector
+    from noetl_cloud.replay import postgres
+
+    register(rclient, chain_playbook("projector/race", 2))
+    driver = Driver(rclient, rplane.engine)
+    eid = driver.start("projector/race")
+    first, other = projector_role.projector, Projector(projector_role.engine, projector_role.registry)
+    assert first.handle(_last_event(rplane, eid)).outcome == "applied"
+    (command,) = driver.issued(eid)
+    driver.run_one(command)
+    last = _last_event(rplane, eid)
+    with projector_role.reader.connect() as conn:
+        stale = postgres.delivery(conn, last)  # the first read of one instance ...
+    assert stale is not None and stale.tracking is not None and stale.position > stale.tracking.position
+    won = other.handle(last)  # ... while another folds the same events and commits
+    assert won.outcome == "applied"
+    monkeypatch.setattr(postgres, "delivery", lambda conn, event_id: stale)
+    lost = first.handle(last)  # its conditional write finds the tracking row changed: the locked path
+    assert lost.outcome == "duplicate" and lost.position == won.position
+    with rplane.engine.connect() as conn:
+        tracked = conn.execute(
+            text("SELECT version FROM projection_tracking WHERE execution_id = :e"), {"e": int(eid)}
+        ).scalar_one()
+        total = conn.execute(text("SELECT count(*) FROM event WHERE execution_id = :e"), {"e": int(eid)}).scalar_one()
+    assert tracked == total  # each event folded once
+    assert _verify(rclient, eid)["ok"]
+
+
+def test_empty_surfaces_get_no_row_and_a_projection_written_before_row_kinds_is_refolded(
+    rclient: FlaskClient, rplane: ControlPlane, projector_role: ProjectorRole
+) -> None:
+    register(rclient, chain_playbook("projector/rows", 3))
+    driver = Driver(rclient, rplane.engine)
+    eid = driver.start("projector/rows")
+    driver.run_to_end(eid)
+    projector = projector_role.projector
+    assert projector.handle(_last_event(rplane, eid)).outcome == "applied"
+
+    def stored() -> tuple[set[str], list[str] | None]:
+        with rplane.engine.connect() as conn:
+            kinds = conn.execute(
+                text("SELECT projection_type FROM projection WHERE execution_id = :e"), {"e": int(eid)}
+            ).all()
+            listed = conn.execute(
+                text("SELECT row_kinds FROM projection_tracking WHERE execution_id = :e"), {"e": int(eid)}
+            ).scalar_one()
+        return {k for (k,) in kinds}, listed
+
+    assert stored() == ({"execution", "stages", "commands"}, ["execution", "stages", "commands"])
+    assert _verify(rclient, eid)["ok"]  # the missing rows are the empty surfaces: no drift
+    with rplane.engine.begin() as conn:  # as a tracking row written before migration 0013 reads: every kind
+        conn.execute(text("UPDATE projection_tracking SET row_kinds = NULL WHERE execution_id = :e"), {"e": int(eid)})
+    rebuilt = projector.project("acme", "ops", eid)  # rows missing for kinds it lists: refolded
+    assert rebuilt.refolded and rebuilt.surfaces == ["execution", "stages", "commands"]
+    assert stored() == ({"execution", "stages", "commands"}, ["execution", "stages", "commands"])
+    assert _verify(rclient, eid)["ok"]

@@ -14,6 +14,8 @@ from sqlalchemy import text
 
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.envelope import utc_now
+from noetl_cloud.projector.service import Projector
+from noetl_cloud.replay.upcasters import default_registry
 from noetl_cloud.retention import partitions
 from noetl_cloud.retention.service import RetentionService
 from noetl_cloud.settings import Settings
@@ -59,7 +61,15 @@ def _count(plane: ControlPlane, sql: str, **params: Any) -> int:
 
 
 def _rows_of(plane: ControlPlane, eid: str) -> dict[str, int]:
-    tables = ("event", "execution", "command", "projection", "projection_snapshot", "subscription_dedup")
+    tables = (
+        "event",
+        "execution",
+        "command",
+        "projection",
+        "projection_tracking",
+        "projection_snapshot",
+        "subscription_dedup",
+    )
     return {t: _count(plane, f"SELECT count(*) FROM {t} WHERE execution_id = :e", e=int(eid)) for t in tables}
 
 
@@ -67,6 +77,9 @@ def test_an_archived_execution_replays_from_its_archive_to_the_same_checksums(
     rclient: FlaskClient, rplane: ControlPlane
 ) -> None:
     eid = _completed(rclient, rplane)
+    projected = Projector(rplane.engine, default_registry()).project("acme", "ops", eid)
+    assert projected.outcome == "applied"  # its projection rows and tracking row go with it too
+    assert _rows_of(rplane, eid)["projection_tracking"] == 1
     live = _state(rclient, eid)
     events = rclient.get(f"/api/executions/{eid}/events").get_json()["events"]
     middle = events[len(events) // 2]["event_id"]
