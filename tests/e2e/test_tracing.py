@@ -161,6 +161,25 @@ def test_a_webhook_is_one_trace_from_the_ingress_to_its_last_step(
     assert {s["span_id"] for s in linked["spans"]} >= {s["span_id"] for s in spans}
 
 
+def test_the_projectors_folds_of_the_execution_join_its_trace(
+    webhook: tuple[str, str], stack_env: dict[str, str]
+) -> None:
+    """The events mirror carries the span of the control-plane request that wrote the events: each
+    ``projector.apply`` of the execution is a child of one of its execute role's spans."""
+    _execution_id, trace_id = webhook
+    folder = Path(stack_env["NOETL_TELEMETRY_DIR"])
+
+    def joined() -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+        spans = trace_spans(folder, trace_id)
+        by_id = {s["span_id"]: s for s in spans}
+        return [(s, by_id.get(s["parent_span_id"])) for s in spans if s["name"] == "projector.apply"]
+
+    assert wait_until(lambda: bool(joined()) and all(parent for _s, parent in joined()), timeout=30), joined()
+    for apply, parent in joined():
+        assert apply["service"] == "noetl-projector"
+        assert parent is not None and parent["service"] == "noetl-execute", parent
+
+
 def test_the_ingress_counts_through_opentelemetry_and_serves_no_metrics_page(
     hook: str, stack_env: dict[str, str]
 ) -> None:

@@ -381,3 +381,25 @@ def test_only_continuous_pull_subscriptions_are_held(spec: dict[str, Any], code:
     with pytest.raises(NoetlError) as caught:
         check_document(PATH, document(**spec))
     assert caught.value.code == code
+
+
+def test_with_tracing_each_chunk_is_a_span_its_executions_continue(tmp_path: Any) -> None:
+    from noetl_cloud import telemetry
+    from noetl_cloud.settings import Settings
+    from noetl_cloud.telemetry.localexport import read_spans
+
+    telemetry.configure(Settings(tracing="local", telemetry_dir=str(tmp_path)), "subscription_runtime")
+    try:
+        control, source = InMemoryControl(), InMemorySource()
+        for n in range(3):
+            source.publish(json.dumps({"n": n}).encode(), {"traceparent": TRACEPARENT})
+        with pipeline(control, source):
+            assert settled(source, 3)
+    finally:
+        telemetry.shutdown()  # flushes the spans
+    spans = [s for s in read_spans(tmp_path) if s["name"] == "runtime.dispatch"]
+    assert spans and all(s["parent_span_id"] is None for s in spans)  # each chunk starts a trace
+    assert all(s["attributes"]["noetl.upstream.traceparent"] == TRACEPARENT for s in spans)
+    own = {f"00-{s['trace_id']}-{s['span_id']}-01" for s in spans}
+    assert len(control.executions) == 3
+    assert {e["trace"]["traceparent"] for e in control.executions} <= own  # not the sender's

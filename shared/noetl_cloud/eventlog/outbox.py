@@ -11,20 +11,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from noetl_cloud import telemetry
 from noetl_cloud.envelope import EventEnvelope
 
 
 def outbox_message(envelope: EventEnvelope, topic: str, events: int = 1) -> dict[str, Any]:
-    """The outbox row that mirrors ``envelope`` (the last of ``events`` appended together) to ``topic``."""
+    """The outbox row that mirrors ``envelope`` (the last of ``events`` appended together) to ``topic``.
+
+    With tracing on, it carries the writer's span as its ``traceparent`` attribute (the relay publishes
+    later, from a thread with no span of its own), so the projector's fold joins the trace of the request
+    that wrote the events (docs/observability.md)."""
+    attributes = {
+        "event_type": envelope.event_type,
+        "tenant_id": envelope.tenant_id,
+        "organization_id": envelope.organization_id,
+    }
+    trace = telemetry.current_trace_dict()
+    if trace is not None:
+        attributes.update(trace)
     return {
         "event_id": int(envelope.event_id),
         "topic": topic,
         "ordering_key": envelope.execution_id or envelope.stream_id,
-        "attributes": {
-            "event_type": envelope.event_type,
-            "tenant_id": envelope.tenant_id,
-            "organization_id": envelope.organization_id,
-        },
+        "attributes": attributes,
         "data": {"event_id": envelope.event_id, "execution_id": envelope.execution_id, "events": events},
     }
 

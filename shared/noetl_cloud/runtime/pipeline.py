@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from noetl_cloud import telemetry
 from noetl_cloud.errors import NoetlError, Unavailable
 from noetl_cloud.ingress.push import BadMessage
 from noetl_cloud.observability import Counters
@@ -216,7 +217,18 @@ class Pipeline:
     # -- one chunk ---------------------------------------------------------------------------
 
     def process(self, chunk: Sequence[_Lease]) -> None:
-        """Dispatch one chunk and settle each of its messages (see the module docstring)."""
+        """Dispatch one chunk and settle each of its messages (see the module docstring). With tracing
+        on, the chunk is a ``runtime.dispatch`` span that starts a trace, as the public ingress's receive
+        span does: its executions continue it (a message's own ``traceparent``, propagated by the
+        subscription's directive, is kept as the span's ``noetl.upstream.traceparent``)."""
+        if not telemetry.tracing():
+            self._process(chunk)
+            return
+        attributes = {"noetl.subscription": self.config.path, "noetl.messages": len(chunk)}
+        with telemetry.span("runtime.dispatch", attributes, root=True):
+            self._process(chunk)
+
+    def _process(self, chunk: Sequence[_Lease]) -> None:
         ready: list[tuple[_Lease, Prepared]] = []
         subscription_id = self.subscription_id()
         for received in chunk:
@@ -241,6 +253,11 @@ class Pipeline:
                 self._settle(received, ack=False, reason=exc.code)
         if not ready:
             return
+        if telemetry.tracing():
+            for _lease, prepared in ready:
+                trace = telemetry.forward_trace(prepared.request.get("trace"))
+                if trace is not None:
+                    prepared.request["trace"] = trace
         gate = None
         if self.spooler is not None:
             try:
