@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 
 from flask.testing import FlaskClient
 from sqlalchemy import text
@@ -18,6 +19,7 @@ from sqlalchemy import text
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import ExecuteRequest
 from noetl_cloud.eventlog.relay import OutboxRelay
+from noetl_cloud.messaging.port import OutboundMessage
 from noetl_cloud.settings import Settings
 from tests.integration.control_fixtures import Topics, register
 from tests.integration.replay_fixtures import chain_playbook
@@ -139,3 +141,57 @@ def test_the_relay_holds_the_mirror_rows_and_deletes_many_published_rows_in_one_
         relay.close()
     assert deletes == [rows] and all(_statuses(plane, e) == [] for e in started)  # published: deleted
     assert relay.report()["published"] == rows and relay.report()["queued_rows"] == 0
+
+
+def test_a_settle_publishes_one_mirror_message_per_execution_naming_its_last_event(
+    client: FlaskClient, plane: ControlPlane, topics: Topics
+) -> None:
+    """Every append of an execution writes a mirror row; the projector folds to the tip whatever event a
+    delivery names, so a settle publishes only each execution's last row and deletes the rest with it."""
+    register(client, chain_playbook("relay/coalesce", 3))
+    sent: list[OutboundMessage] = []
+    publisher = plane.publisher
+
+    class Recording:
+        def publish(self, messages: Sequence[OutboundMessage]) -> list[str | None]:
+            sent.extend(messages)
+            return publisher.publish(messages)
+
+    relay = OutboxRelay(
+        plane.engine, Recording(), background=True, linger_s=0, settle_every_s=3600, topic_prefix=topics.prefix
+    )  # type: ignore[arg-type]
+    plane.executions.relay = plane.orchestrator.relay = relay
+    try:
+        chain = plane.executions.start_one(ExecuteRequest(path="relay/coalesce")).execution_id or ""
+        other = plane.executions.start_one(ExecuteRequest(path="relay/coalesce")).execution_id or ""
+        with plane.engine.connect() as conn:
+            first = conn.execute(
+                text("SELECT command_id FROM command WHERE execution_id = :e"), {"e": int(chain)}
+            ).scalar_one()
+        command = client.post(f"/api/commands/{first}/claim", json={"worker_id": "w1"}).get_json()
+        for _ in range(3):  # each report hands the next step back eagerly: 4 more appends of the chain
+            body = {
+                "command_id": command["command_id"],
+                "worker_id": "w1",
+                "attempt": command["attempt"],
+                "status": "ok",
+                "result": {},
+                "accept_next": True,
+            }
+            answer = client.post("/api/events", json=body).get_json()
+            command = (answer["next"] or [None])[0]
+        assert answer["execution_status"] == "completed"
+        appends = len(_statuses(plane, chain))
+        assert appends >= 5  # start, claim, three reports: each held for the settle
+    finally:
+        relay.close()  # the settle
+    mirrors = [m for m in sent if not m.topic.startswith(topics.prefix)]
+    assert sorted(json.loads(m.data)["execution_id"] for m in mirrors) == sorted([chain, other])
+    with plane.engine.connect() as conn:
+        last = conn.execute(
+            text("SELECT max(event_id) FROM event WHERE execution_id = :e"), {"e": int(chain)}
+        ).scalar_one()
+    (mine,) = [json.loads(m.data) for m in mirrors if json.loads(m.data)["execution_id"] == chain]
+    assert mine["event_id"] == str(last)
+    assert _statuses(plane, chain) == [] and _statuses(plane, other) == []  # every row deleted
+    assert relay.report()["coalesced"] == appends - 1

@@ -8,7 +8,9 @@ a daemon thread of the process publishes them, so no request waits on Pub/Sub:
 
 * command notifications within ``linger_s`` (10 ms), the rows of many requests in one ``Publish``;
 * the events' mirror rows at the next *settle*, every ``settle_every_s`` (200 ms): the projector's read
-  model may trail by that much, and the events topic gets one request per settle, not one per batch;
+  model may trail by that much, and the events topic gets one request per settle, not one per batch,
+  with one message per execution (its last row: the projector folds up to the tip whatever event a
+  delivery names), however many appends the execution made within the settle;
 * at the settle it also deletes every row it published since the last one, in one statement (a
   published row has done its work; deleting writes nothing new, where marking it rewrote the row).
 
@@ -103,6 +105,7 @@ class RelayStats:
     lag_ms_last: float = 0.0
     lag_ms_max: float = 0.0
     mirror_lag_ms_max: float = 0.0
+    coalesced: int = 0  # mirror rows not published: a later row of the same execution, in the same settle, was
 
 
 class OutboxRelay:
@@ -255,10 +258,25 @@ class OutboxRelay:
 
     def _settle(self) -> None:
         """Publish the held mirror rows, then delete every row published since the last settle (a failed
-        delete leaves rows pending: the sweep publishes them again; their consumers are idempotent)."""
+        delete leaves rows pending: the sweep publishes them again; their consumers are idempotent).
+
+        Of one execution's held mirror rows only the last is published: the projector folds up to the
+        tip whatever event a delivery names, so the earlier ones would only repeat it. They are deleted
+        with it once it is published (kept pending with it when it is not)."""
         held, self._held = self._held, []
         if held:
-            self._publish_quietly([r for _t, r in held], [t for t, _r in held], mirror=True)
+            last: dict[tuple[str, str | None], OutboxRow] = {}
+            for _t, row in sorted(held, key=lambda item: item[1].outbox_id):
+                last[(row.topic, row.ordering_key or f"row/{row.outbox_id}")] = row
+            kept = list(last.values())
+            covered: dict[int, list[int]] = {}
+            for _t, row in held:
+                tip = last[(row.topic, row.ordering_key or f"row/{row.outbox_id}")]
+                if tip.outbox_id != row.outbox_id:
+                    covered.setdefault(tip.outbox_id, []).append(row.outbox_id)
+            with self._lock:
+                self.stats.coalesced += len(held) - len(kept)
+            self._publish_quietly(kept, [t for t, _r in held], mirror=True, covered=covered)
         ids, self._unsettled_ids = self._unsettled_ids, []
         try:
             if ids:
@@ -269,7 +287,16 @@ class OutboxRelay:
             self._queue.task_done()
         self._unsettled_batches = 0
 
-    def _publish_quietly(self, rows: list[OutboxRow], handed_at: list[float], *, mirror: bool = False) -> None:
+    def _publish_quietly(
+        self,
+        rows: list[OutboxRow],
+        handed_at: list[float],
+        *,
+        mirror: bool = False,
+        covered: dict[int, list[int]] | None = None,
+    ) -> None:
+        """Publish ``rows``; the ids published (and those ``covered`` by one published) wait for the
+        settle's delete, the failed ones get their back-off."""
         rows.sort(key=lambda r: r.outbox_id)  # one execution's rows publish in the order they were written
         try:
             ok, failed = self._publish(rows)
@@ -279,6 +306,8 @@ class OutboxRelay:
             log.warning("publishing outbox rows failed; the outbox sweep publishes them", exc_info=True)
             ok = []
         self._unsettled_ids.extend(ok)
+        if covered:
+            self._unsettled_ids.extend(i for published in ok for i in covered.get(published, ()))
         done = time.monotonic()
         with self._lock:
             s = self.stats
