@@ -65,6 +65,21 @@ def _report(client: FlaskClient, command: dict[str, Any], *, accept_next: bool =
     return answer.get_json()  # type: ignore[no-any-return]
 
 
+def _fanned_out(client: FlaskClient, plane: ControlPlane) -> tuple[str, dict[str, Any]]:
+    """A fan-out execution whose first step is reported: its id and its two issued branches (step -> command id)."""
+    register(client, FAN_OUT)
+    execution_id = client.post("/api/execute", json={"path": "hot/fan"}).get_json()["execution_id"]
+    assert _report(client, _claim_first(client, plane, execution_id), accept_next=False)["next"] == []
+    with plane.engine.connect() as conn:
+        branches = dict(
+            conn.execute(
+                text("SELECT step, command_id FROM command WHERE execution_id = :e AND status = 'issued'"),
+                {"e": int(execution_id)},
+            ).all()
+        )
+    return execution_id, branches
+
+
 @pytest.fixture
 def sent(plane: ControlPlane, monkeypatch: pytest.MonkeyPatch) -> list[OutboundMessage]:
     """Every message the control plane hands to Pub/Sub (still published: the real publisher is called)."""
@@ -283,16 +298,7 @@ def test_a_report_that_waited_for_its_execution_counts_what_the_lock_holder_comm
     """Two branches end at once: the second report waits for the execution's lock while the first
     ends its command; once the lock is its, it must count the commands still open afresh, or the
     execution, counted one command too many, never ends."""
-    register(client, FAN_OUT)
-    execution_id = client.post("/api/execute", json={"path": "hot/fan"}).get_json()["execution_id"]
-    assert _report(client, _claim_first(client, plane, execution_id), accept_next=False)["next"] == []
-    with plane.engine.connect() as conn:
-        branches = dict(
-            conn.execute(
-                text("SELECT step, command_id FROM command WHERE execution_id = :e AND status = 'issued'"),
-                {"e": int(execution_id)},
-            ).all()
-        )
+    execution_id, branches = _fanned_out(client, plane)
     left, right = (
         client.post(f"/api/commands/{branches[s]}/claim", json={"worker_id": "w1"}).get_json()
         for s in ("left", "right")
@@ -363,16 +369,7 @@ def test_a_report_whose_stream_a_claim_appended_to_after_its_lock_writes_after_t
     """The report reads the stream's head with its command lock, without locking the stream: a claim of a
     parallel branch that appends in between moves the head, and the report's write, finding it moved,
     writes nothing and is written again after a bump of the head, its events after the claim's."""
-    register(client, FAN_OUT)
-    execution_id = client.post("/api/execute", json={"path": "hot/fan"}).get_json()["execution_id"]
-    assert _report(client, _claim_first(client, plane, execution_id), accept_next=False)["next"] == []
-    with plane.engine.connect() as conn:
-        branches = dict(
-            conn.execute(
-                text("SELECT step, command_id FROM command WHERE execution_id = :e AND status = 'issued'"),
-                {"e": int(execution_id)},
-            ).all()
-        )
+    execution_id, branches = _fanned_out(client, plane)
     left = client.post(f"/api/commands/{branches['left']}/claim", json={"worker_id": "w1"}).get_json()
     original = Orchestrator._lock_command
     moved: list[int] = []
