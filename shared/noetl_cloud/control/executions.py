@@ -14,17 +14,16 @@ playbook, unknown pool) is an error result at its index and never fails the othe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import Connection, Engine, func, select, text
+from sqlalchemy import Connection, Engine, func, select
 
 from noetl_cloud import telemetry
 from noetl_cloud.control.catalog import CatalogCache, CatalogEntry, CatalogKey, CatalogService
 from noetl_cloud.control.models import ExecuteRequest, ItemResult
 from noetl_cloud.control.orchestrator import Orchestrator
+from noetl_cloud.control.start_dedup import StartDedup, StartPlan
 from noetl_cloud.control.turn import ExecState, Turn
 from noetl_cloud.db.bulk import InsertBatch
 from noetl_cloud.db.engine import one_statement
@@ -39,20 +38,6 @@ from noetl_cloud.observability import TraceContext
 from noetl_cloud.web.errors import validation_details
 
 TERMINAL = ("completed", "failed", "cancelled")
-
-
-@dataclass
-class _Plan:
-    """One valid item on its way into the database."""
-
-    index: int
-    request: ExecuteRequest
-    entry: CatalogEntry
-    pool: str
-    trace: dict[str, str] | None
-    execution_id: int
-    step: str
-    dedup_scope: str | None = None
 
 
 def entry_step(document: dict[str, Any]) -> str:
@@ -77,7 +62,7 @@ class _StaleCatalog(Exception):  # a signal between two methods, never raised to
         self.paths = paths
 
 
-class ExecutionService:
+class ExecutionService(StartDedup):
     def __init__(
         self,
         engine: Engine,
@@ -145,7 +130,7 @@ class ExecutionService:
 
     def _start(self, requests: Sequence[ExecuteRequest], *, use_cache: bool) -> list[ItemResult]:
         results: list[ItemResult | None] = [None] * len(requests)
-        plans: list[_Plan] = []
+        plans: list[StartPlan] = []
         rows: list[OutboxRow] = []  # published after the commit: events, then command notifications
         # Without dedup keys the only write is the batch's one statement (the reads before it need no
         # transaction of their own), so it commits by itself: no BEGIN, no COMMIT round trip. It cannot
@@ -206,7 +191,7 @@ class ExecutionService:
         request: ExecuteRequest,
         entries: dict[CatalogKey, CatalogEntry | NoetlError],
         parents: dict[int, tuple[dict[str, str] | None, str]],
-    ) -> _Plan:
+    ) -> StartPlan:
         entry = entries[(request.path, request.version, request.catalog_id)]
         if isinstance(entry, NoetlError):
             raise entry
@@ -218,7 +203,7 @@ class ExecutionService:
                 f"execution pool {pool!r} is not configured (pools: {', '.join(self.pools)})", code="unknown_pool"
             )
         trace = self._trace(request, parents)
-        plan = _Plan(
+        plan = StartPlan(
             index=index,
             request=request,
             entry=entry,
@@ -257,94 +242,9 @@ class ExecutionService:
         )
         return {r.execution_id: (r.trace, r.execution_pool) for r in rows}
 
-    # -- dedup window -------------------------------------------------------------------------
+    # -- the writes (the dedup window's claims: control/start_dedup.py) ------------------------
 
-    def _claim_dedup(
-        self, conn: Connection, plans: list[_Plan], results: list[ItemResult | None], outbox: list[OutboxRow]
-    ) -> list[_Plan]:
-        """Claim each dedup key in this transaction; a key held within its window is a duplicate."""
-        keep: list[_Plan] = []
-        seen: dict[tuple[str, str], _Plan] = {}
-        now = utc_now()
-        for plan in plans:
-            if plan.dedup_scope is None:
-                keep.append(plan)
-                continue
-            assert plan.request.dedup is not None
-            key = (plan.dedup_scope, plan.request.dedup.key)
-            if key in seen:  # the same key twice in one batch: the second is a duplicate of the first
-                results[plan.index] = self._duplicate(conn, plan, seen[key].execution_id, seen[key].pool, outbox)
-                continue
-            claimed = conn.execute(
-                text(
-                    "INSERT INTO subscription_dedup (scope, dedup_key, execution_id, seen_at, expires_at) "
-                    "VALUES (:scope, :key, :eid, :now, :expires) "
-                    "ON CONFLICT (scope, dedup_key) DO UPDATE SET execution_id = EXCLUDED.execution_id, "
-                    "seen_at = EXCLUDED.seen_at, expires_at = EXCLUDED.expires_at "
-                    "WHERE subscription_dedup.expires_at <= EXCLUDED.seen_at RETURNING execution_id"
-                ),
-                {
-                    "scope": key[0],
-                    "key": key[1],
-                    "eid": plan.execution_id,
-                    "now": now,
-                    "expires": now + timedelta(seconds=plan.request.dedup.window_secs),
-                },
-            ).scalar()
-            if claimed is not None:
-                seen[key] = plan
-                keep.append(plan)
-                continue
-            original = conn.execute(
-                text(
-                    "SELECT d.execution_id, e.execution_pool FROM subscription_dedup d "
-                    "LEFT JOIN execution e ON e.execution_id = d.execution_id "
-                    "WHERE d.scope = :scope AND d.dedup_key = :key"
-                ),
-                {"scope": key[0], "key": key[1]},
-            ).one()
-            results[plan.index] = self._duplicate(conn, plan, original.execution_id, original.execution_pool, outbox)
-        return keep
-
-    def _duplicate(
-        self, conn: Connection, plan: _Plan, original: int, pool: str | None, outbox: list[OutboxRow]
-    ) -> ItemResult:
-        """The answer to a duplicate within the window, after recording it as an event."""
-        self._dedup_event(conn, plan, original, pool, outbox)
-        return ItemResult(index=plan.index, status="duplicate", execution_id=str(original), execution_pool=pool)
-
-    def _dedup_event(
-        self, conn: Connection, plan: _Plan, original: int, pool: str | None, outbox: list[OutboxRow]
-    ) -> None:
-        request = plan.request
-        assert request.dedup is not None
-        stream = f"subscription/{request.parent_execution_id or '-'}/dedup"
-        self.store.append_in(
-            conn,
-            stream,
-            [
-                self.events.new(
-                    "subscription.message.deduplicated",
-                    stream_id=stream,
-                    aggregate_type="subscription",
-                    aggregate_id=request.parent_execution_id or "-",
-                    execution_id=str(original),
-                    payload={
-                        "dedup_key": request.dedup.key,
-                        "window_secs": request.dedup.window_secs,
-                        "original_execution_id": str(original),
-                        "execution_pool": pool,
-                        "message_id": request.meta.get("message_id"),
-                    },
-                    meta={"trace": plan.trace} if plan.trace else {},
-                )
-            ],
-            outbox=outbox,
-        )
-
-    # -- the writes ---------------------------------------------------------------------------
-
-    def _write(self, conn: Connection, batch: InsertBatch, plans: list[_Plan], outbox: list[OutboxRow]) -> None:
+    def _write(self, conn: Connection, batch: InsertBatch, plans: list[StartPlan], outbox: list[OutboxRow]) -> None:
         """The first turn of each new execution: ``playbook.started``, then the entry token's admission,
         ``step.started`` and its commands (or an immediate end), as parts of ``batch``; the outbox rows
         written go to ``outbox`` when it has run (events first, then command notifications)."""
@@ -413,17 +313,6 @@ class ExecutionService:
         batch.insert(execution, execution_rows)
         self.store.append_new_streams_to(conn, batch, [(turn.stream, turn.events) for turn in turns], outbox=outbox)
         self.orchestrator.write_rows_to(batch, turns, outbox)
-
-    def reclaim_dedup(self, limit: int = 10_000) -> int:
-        """Delete dedup keys whose window has passed (a late duplicate then starts a new execution)."""
-        with self.engine.begin() as conn:
-            return conn.execute(
-                text(
-                    "DELETE FROM subscription_dedup WHERE ctid IN ("
-                    " SELECT ctid FROM subscription_dedup WHERE expires_at <= now() LIMIT :limit)"
-                ),
-                {"limit": limit},
-            ).rowcount
 
     # -- read and cancel ----------------------------------------------------------------------
 
