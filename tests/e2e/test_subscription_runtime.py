@@ -312,7 +312,8 @@ def test_the_rate_governor_limits_records_rate_limited_and_still_runs_every_mess
 
 @pytest.mark.parametrize("dedup", [True, False], ids=["dedup-on", "dedup-off"])
 def test_a_runtime_killed_with_messages_in_flight_loses_none_after_restart(plane: Harness, dedup: bool) -> None:
-    plane.register(dedup={"enabled": dedup}, runtime={"max_in_flight": 50})
+    # At most 50 dispatches a second: the 300 take 6 s or more, so the kill (after 30) lands mid-stream.
+    plane.register(dedup={"enabled": dedup}, runtime={"max_in_flight": 50}, limits={"max_dispatch_per_sec": 50})
     ids = plane.publish_many(300)
     # The shortest lease extension: the killed instance's messages come back soonest.
     plane.start(NOETL_RUNTIME_LEASE_EXTENSION_S="10")
@@ -341,7 +342,13 @@ def test_sigterm_to_one_of_two_runtimes_loses_nothing_and_the_other_keeps_pullin
     """Two instances of one subscription, as Cloud Run runs them past ``max_instances = 1``: SIGTERM to
     one drains its own messages; the other keeps pulling, the subscription stays active, and the
     restarted instance rejoins the same registration (its dedup window)."""
-    plane.register(dedup={"enabled": True, "window_secs": 600}, runtime={"max_in_flight": 20})
+    # Each instance dispatches at most 20 messages a second: the 200 take 5 s or more between the two,
+    # so the SIGTERM (after 40) lands mid-stream however fast the control plane answers.
+    plane.register(
+        dedup={"enabled": True, "window_secs": 600},
+        runtime={"max_in_flight": 20},
+        limits={"max_dispatch_per_sec": 20},
+    )
     plane.start(NOETL_RUNTIME_LEASE_EXTENSION_S="10")
     other_port = free_port()
     other = plane.launch(other_port, NOETL_RUNTIME_LEASE_EXTENSION_S="10")
