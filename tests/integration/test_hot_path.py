@@ -378,8 +378,16 @@ def test_a_report_whose_stream_a_claim_appended_to_after_its_lock_writes_after_t
         cmd = original(*args, **kwargs)
         if not moved:  # another transaction, committed before the report writes
             moved.append(cmd.head)
-            other = client.post(f"/api/commands/{branches['right']}/claim", json={"worker_id": "w2"})
-            assert other.status_code == 200, other.get_json()
+            # From another thread: a request made inside this one would share its Flask globals.
+            claims: list[Any] = []
+            claiming = threading.Thread(
+                target=lambda: claims.append(
+                    client.post(f"/api/commands/{branches['right']}/claim", json={"worker_id": "w2"})
+                )
+            )
+            claiming.start()
+            claiming.join(30)
+            assert claims and claims[0].status_code == 200, claims
         return cmd
 
     monkeypatch.setattr(Orchestrator, "_lock_command", staticmethod(lock_then_claim_the_other_branch))
