@@ -21,6 +21,7 @@ from google.cloud import firestore
 
 from noetl_cloud.errors import ConfigError, Unavailable
 from noetl_cloud.kv.firestore import FirestoreKeyValueStore, document_id
+from noetl_cloud.kv.port import VersionConflict
 from noetl_cloud.settings import Settings
 from tests.contracts.kv import FakeClock, KeyValueContract, new_key
 
@@ -133,4 +134,53 @@ def test_an_unreachable_firestore_is_unavailable_and_retryable_soon(local_env: d
             operation()
         assert info.value.retryable and info.value.status == 503, name
         assert time.monotonic() - started < 10, f"{name} took {time.monotonic() - started:.1f} s"
+    store.close()
+
+
+def _counting_transactions(store: FirestoreKeyValueStore) -> list[int]:
+    """How many Firestore transactions ``store`` begins from now on."""
+    client, counted = store._firestore(), [0]
+    begin = client.transaction
+
+    def counting(**kwargs: Any) -> Any:
+        counted[0] += 1
+        return begin(**kwargs)
+
+    client.transaction = counting
+    return counted
+
+
+def test_a_new_keys_create_and_a_compare_and_set_of_its_own_write_are_one_commit_each(
+    local_env: dict[str, str],
+) -> None:
+    clock, collection = FakeClock(), f"kv-test-{secrets.token_hex(6)}"
+    store, other = _store(local_env, clock, collection), _store(local_env, clock, collection)
+    transactions = _counting_transactions(store)
+    key = new_key("ingress/seen/l")
+    created = store.create(key, {"state": "in_flight"}, ttl_s=60)
+    assert created is not None and created.version == 1
+    accepted = store.compare_and_set(key, {"state": "accepted"}, expected_version=1, ttl_s=600)
+    assert accepted.version == 2 and transactions[0] == 0  # two commits, no transaction
+    assert store.create(key, {"state": "in_flight"}) is None and transactions[0] == 1  # there: a transaction
+    # Another instance wrote since: this one's remembered update time is stale, Firestore refuses the
+    # precondition, and the transaction answers the conflict with the version it finds.
+    other.compare_and_set(key, {"state": "taken"}, expected_version=2)
+    with pytest.raises(VersionConflict) as conflict:
+        store.compare_and_set(key, {"state": "mine"}, expected_version=2)
+    assert (conflict.value.expected, conflict.value.actual) == (2, 3)
+    entry = store.get(key)
+    assert entry is not None and entry.value == {"state": "taken"}
+    store.close()
+    other.close()
+
+
+def test_an_expired_write_of_this_process_is_not_compared_and_set_in_one_commit(local_env: dict[str, str]) -> None:
+    clock, collection = FakeClock(), f"kv-test-{secrets.token_hex(6)}"
+    store = _store(local_env, clock, collection)
+    key = new_key()
+    assert store.create(key, {"n": 1}, ttl_s=1) is not None
+    clock.advance(2)  # expired, though the document is still there
+    with pytest.raises(VersionConflict):
+        store.compare_and_set(key, {"n": 2}, expected_version=1)
+    assert store.create(key, {"n": 3}, ttl_s=60) is not None  # an expired document is replaced
     store.close()

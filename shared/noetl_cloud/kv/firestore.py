@@ -13,7 +13,9 @@ than :data:`MAX_ENCODED_ID`; the document keeps the original key in ``key``. Fie
 * ``updated_at`` -- the adapter clock's time of the last write (for people reading the console).
 
 Every read-modify-write (create-if-absent included, so an expired document is replaced) runs in
-one Firestore transaction (``@firestore.transactional``). A transaction aborted by contention is
+one Firestore transaction (``@firestore.transactional``), but for the two that a precondition of
+Firestore's own covers in one commit (a create of a key with no document, a compare-and-set of this
+process's own last write: ``kv/firestore_commits.py``). A transaction aborted by contention is
 run again by this adapter after a jittered, growing pause, up to ``contention_attempts`` times,
 then answered :class:`~noetl_cloud.errors.Unavailable` (``kv_contended``). The library's own
 immediate retries are turned off (one commit per transaction): when transactions that all read a
@@ -59,6 +61,7 @@ from google.cloud import firestore  # type: ignore[attr-defined]
 
 from noetl_cloud.envelope import utc_now
 from noetl_cloud.errors import ConfigError, NoetlError, Unavailable
+from noetl_cloud.kv.firestore_commits import SingleCommitWrites
 from noetl_cloud.kv.port import (
     Clock,
     Entry,
@@ -123,7 +126,7 @@ def _plain_utc(value: datetime) -> datetime:
     )
 
 
-class FirestoreKeyValueStore(TransactionalStore):
+class FirestoreKeyValueStore(SingleCommitWrites, TransactionalStore):
     """The key-value port on Firestore in Native mode (the emulator locally)."""
 
     def __init__(
