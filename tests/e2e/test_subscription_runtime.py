@@ -341,7 +341,13 @@ def test_sigterm_to_one_of_two_runtimes_loses_nothing_and_the_other_keeps_pullin
     """Two instances of one subscription, as Cloud Run runs them past ``max_instances = 1``: SIGTERM to
     one drains its own messages; the other keeps pulling, the subscription stays active, and the
     restarted instance rejoins the same registration (its dedup window)."""
-    plane.register(dedup={"enabled": True, "window_secs": 600}, runtime={"max_in_flight": 20})
+    # Paced (the rate governor): the SIGTERM lands while messages are still to run however loaded the
+    # machine is; unpaced, both instances could run all 200 while this process waited for the 40th.
+    plane.register(
+        dedup={"enabled": True, "window_secs": 600},
+        runtime={"max_in_flight": 20},
+        limits={"max_dispatch_per_sec": 25},
+    )
     plane.start(NOETL_RUNTIME_LEASE_EXTENSION_S="10")
     other_port = free_port()
     other = plane.launch(other_port, NOETL_RUNTIME_LEASE_EXTENSION_S="10")
