@@ -61,10 +61,14 @@ status: $(RUN_STAMP)
 	$(BIN)/noetl-cloud local status
 
 ## Every tier (unit, integration, e2e) against the real local stack; the console's tests drive Chromium.
+## One pytest session in TEST_WORKERS processes (pytest-xdist): a module is a unit of work, the e2e
+## modules on the stack's own roles run one after another, the fault matrix starts first
+## (tests/parallel.py, docs/testing.md). `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 3
 test: $(DEV_STAMP)
 	@bash local/prerequisites.sh --browser  # what `prerequisites` installs, and chromium
 	$(BIN)/noetl-cloud local up --roles all
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope
 
 test-unit: $(DEV_STAMP)
 	$(BIN)/pytest tests/unit

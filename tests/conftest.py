@@ -15,15 +15,23 @@ import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pg8000.dbapi
 import pytest
 
 from noetl_cloud.settings import Settings
+from tests import parallel
+from tests.parallel import pytest_testnodedown, pytest_xdist_make_scheduler  # noqa: F401 - xdist's hooks
+
+if TYPE_CHECKING:
+    from noetl_cloud.local.components import KafkaBroker
+    from noetl_cloud.local.stack import LocalStack
 
 ROOT = Path(__file__).resolve().parent.parent
 TIERS = ("unit", "integration", "e2e")
-TEMPLATE_DB = "noetl_test_template"
+# One template per xdist worker (each migrates its own; no worker drops another's).
+TEMPLATE_DB = f"noetl_test_template_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -31,6 +39,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = _tier(item.nodeid)
         if tier:
             item.add_marker(getattr(pytest.mark, tier))
+    if parallel.is_worker(config):
+        parallel.order(items)
 
 
 def _tier(nodeid: str) -> str | None:
@@ -46,8 +56,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             if tier is None or (outcome == "passed" and report.when != "call"):
                 continue
             counts[tier]["failed" if outcome == "error" else outcome] += 1
+    config = terminalreporter.config
+    for title, lines in parallel.sections(config).items():
+        if title != STACK_SECTION:
+            terminalreporter.section(title)
+            for line in lines:
+                terminalreporter.write_line(line)
     terminalreporter.section("tests per tier")
-    stack = terminalreporter.config.stash.get(_STACK_KEY, None)
+    stack = next(iter(parallel.sections(config).get(STACK_SECTION, [])), None)
     for tier in TIERS:
         c = counts[tier]
         where = ""
@@ -58,7 +74,46 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         )
 
 
-_STACK_KEY = pytest.StashKey[str]()
+STACK_SECTION = "the stack"  # not printed as a section: the tiers' lines name it
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    _fuzz_section(config)
+    parallel.worker_sessionfinish(config)
+    if parallel.is_worker(config) or os.environ.get("NOETL_LOCAL_KEEP"):
+        return
+    # The controller of a parallel run stops what a worker started (a worker leaves it running).
+    started = config.stash.get(parallel.STARTED, set())
+    if "kafka" in started:
+        _kafka().down(echo=lambda _line: None)
+    if "stack" in started:
+        _stack().down(echo=lambda _line: None)
+
+
+def _fuzz_section(config: pytest.Config) -> None:
+    from tests.e2e.fuzz_report import lines
+
+    if found := lines(config):
+        parallel.put_section(config, "openapi fuzz (schemathesis)", found)
+
+
+def _state_dir() -> Path:
+    return Path(os.environ.get("NOETL_LOCAL_STATE_DIR", str(ROOT / "local" / ".state")))
+
+
+def _stack() -> LocalStack:
+    from noetl_cloud.local.stack import LocalStack
+
+    return LocalStack.from_env({**os.environ, "NOETL_LOCAL_STATE_DIR": str(_state_dir())})
+
+
+def _kafka() -> KafkaBroker:
+    from noetl_cloud.local.components import KafkaBroker
+    from noetl_cloud.local.stack import DEFAULT_PORT_BASE, default_state_dir
+
+    base = int(os.environ.get("NOETL_LOCAL_PORT_BASE") or DEFAULT_PORT_BASE)
+    return KafkaBroker(default_state_dir(os.environ, ROOT), base)
 
 
 # -- the local stack -----------------------------------------------------------------------------
@@ -67,18 +122,18 @@ _STACK_KEY = pytest.StashKey[str]()
 @pytest.fixture(scope="session")
 def local_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     """The connection environment of a running local stack (started here if needed)."""
-    from noetl_cloud.local.stack import LocalStack
-
-    stack = LocalStack.from_env(
-        {**os.environ, "NOETL_LOCAL_STATE_DIR": os.environ.get("NOETL_LOCAL_STATE_DIR", str(ROOT / "local" / ".state"))}
-    )
-    already = all(s.healthy for s in stack.status())
-    env = stack.up(echo=lambda _line: None)
-    request.config.stash[_STACK_KEY] = (
+    stack = _stack()
+    with parallel.exclusive(_state_dir(), "stack"):  # one worker at a time starts (or finds) it
+        already = all(s.healthy for s in stack.status())
+        env = stack.up(echo=lambda _line: None)
+    if not already:
+        parallel.started_here(request.config, "stack")
+    described = (
         f"postgres {env['NOETL_DATABASE_URL'].rsplit('@', 1)[-1]}, pubsub {env['PUBSUB_EMULATOR_HOST']}, "
         f"firestore {env['FIRESTORE_EMULATOR_HOST']}, gcs {env['STORAGE_EMULATOR_HOST']}, "
         f"s3 {env['NOETL_S3_ENDPOINT_URL']}"
     )
+    parallel.put_section(request.config, STACK_SECTION, [described])
     with pytest.MonkeyPatch.context() as mp:
         # The official Google clients find their emulators through these variables.
         for key in (
@@ -91,7 +146,7 @@ def local_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
         ):
             mp.setenv(key, env[key])
         yield env
-    if not already and not os.environ.get("NOETL_LOCAL_KEEP"):
+    if not already and parallel.owns_teardown(request.config) and not os.environ.get("NOETL_LOCAL_KEEP"):
         stack.down(echo=lambda _line: None)
 
 

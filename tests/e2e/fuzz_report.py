@@ -1,4 +1,5 @@
-"""What the OpenAPI fuzz run (test_openapi_fuzz.py) sent, per role, for the run's terminal summary."""
+"""What the OpenAPI fuzz run (test_openapi_fuzz.py) sent, per role, for the run's terminal summary
+(its section is printed by tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -34,13 +35,13 @@ def runs(config: pytest.Config) -> dict[str, RoleRun]:
     return config.stash[RUNS]
 
 
-def summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """A section listing the requests sent per role, when the fuzz run ran."""
-    done = terminalreporter.config.stash.get(RUNS, None)
+def lines(config: pytest.Config) -> list[str]:
+    """The lines of the run's summary section: the requests sent per role, when the fuzz run ran."""
+    done = config.stash.get(RUNS, None)
     if not done:
-        return
-    terminalreporter.section("openapi fuzz (schemathesis)")
-    for role, run in done.items():
-        terminalreporter.write_line(run.line(role))
+        return []
     total = sum(r.requests for r in done.values())
-    terminalreporter.write_line(f"openapi fuzz total: {total} requests to {len(done)} roles")
+    return [
+        *(run.line(role) for role, run in done.items()),
+        f"openapi fuzz total: {total} requests to {len(done)} roles",
+    ]

@@ -10,6 +10,7 @@ import pytest
 
 from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.web.client import ApiClient, static_token
+from tests import parallel
 from tests.integration.control_fixtures import playbook
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +21,8 @@ def stack_env(local_env: dict[str, str]) -> dict[str, str]:
     """The stack's environment with its roles running: ``NOETL_API_URL``, ``NOETL_INTERNAL_API_TOKEN``."""
     state = os.environ.get("NOETL_LOCAL_STATE_DIR", str(ROOT / "local" / ".state"))
     stack = LocalStack.from_env({**os.environ, "NOETL_LOCAL_STATE_DIR": state})
-    return stack.up(echo=lambda _line: None, roles=stack.available_roles())
+    with parallel.exclusive(Path(state), "stack"):  # one xdist worker at a time starts (or finds) them
+        return stack.up(echo=lambda _line: None, roles=stack.available_roles())
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from noetl_cloud.local.process import wait_until
+from tests import parallel
 from tests.e2e import faults_frames, faults_report
 from tests.e2e.faults import ENDED, INBOUND, PULL, FaultStack, Outcome, wait_for
 
@@ -41,18 +42,6 @@ FRAMES_AWAY_S = 5.0
 # land twice. A second effect that no such re-issue explains is a bug.
 
 
-class Report:
-    """A plugin registered by the module's fixture: prints the table in the terminal summary."""
-
-    def __init__(self, outcomes: list[Outcome]) -> None:
-        self.outcomes = outcomes
-
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        terminalreporter.section("fault injection")
-        for line in faults_report.table(self.outcomes):
-            terminalreporter.write_line(line)
-
-
 def scenarios() -> set[str]:
     return {name for name in dir(sys.modules[__name__]) if name.startswith("test_")}
 
@@ -60,9 +49,10 @@ def scenarios() -> set[str]:
 @pytest.fixture(scope="module")
 def outcomes(request: pytest.FixtureRequest) -> Iterator[list[Outcome]]:
     collected: list[Outcome] = []
-    request.config.pluginmanager.register(Report(collected), "faults-report")
     t0 = time.monotonic()
     yield collected
+    # The table in the run's terminal summary (tests/conftest.py prints it, also from an xdist worker).
+    parallel.put_section(request.config, "fault injection", faults_report.table(collected))
     ran = {item.originalname for item in request.session.items if item.module is sys.modules[__name__]}  # type: ignore[attr-defined]
     path = faults_report.target(ran_all=ran >= scenarios() and len(collected) == len(scenarios()))
     if path is not None:

@@ -13,19 +13,24 @@ import pytest
 
 from noetl_cloud.local.components import KafkaBroker
 from noetl_cloud.local.stack import DEFAULT_PORT_BASE, default_state_dir
+from tests import parallel
 
 ROOT = Path(__file__).resolve().parents[2]
 JOIN_S = 120.0  # the first join of a consumer group (and a rebalance), on a loaded machine
 
 
 @pytest.fixture(scope="session")
-def kafka_servers() -> Iterator[str]:
+def kafka_servers(request: pytest.FixtureRequest) -> Iterator[str]:
     base = int(os.environ.get("NOETL_LOCAL_PORT_BASE") or DEFAULT_PORT_BASE)
-    broker = KafkaBroker(default_state_dir(os.environ, ROOT), base)
-    running = broker.status()[1]
-    env = broker.up(echo=lambda _line: None)
+    state_dir = default_state_dir(os.environ, ROOT)
+    broker = KafkaBroker(state_dir, base)
+    with parallel.exclusive(state_dir, "kafka"):  # one xdist worker at a time starts (or finds) it
+        running = broker.status()[1]
+        env = broker.up(echo=lambda _line: None)
+    if not running:
+        parallel.started_here(request.config, "kafka")
     yield env["NOETL_KAFKA_BOOTSTRAP_SERVERS"]
-    if not running and not os.environ.get("NOETL_LOCAL_KEEP"):
+    if not running and parallel.owns_teardown(request.config) and not os.environ.get("NOETL_LOCAL_KEEP"):
         broker.down(echo=lambda _line: None)
 
 

@@ -31,6 +31,7 @@ from flask import Flask
 
 from noetl_cloud.auth import google_oidc, internal
 from noetl_cloud.settings import Settings
+from noetl_cloud.telemetry import setup as telemetry_setup
 from tests.unit.test_google_oidc import FakeGoogle, rsa_key
 from tests.unit.test_infra import MODULES, STACK, _parse, _roles
 
@@ -273,7 +274,18 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, google: FakeGoogle)
         return google_oidc.JwksCache(fetch=google.fetch)
 
     monkeypatch.setattr(internal, "JwksCache", keys)
+    # The roles trace and measure to Google (the Terraform environment says "cloud"): their exporters are
+    # built as deployed, but sending is refused at once, as by an unreachable Google, instead of each
+    # flush (a role's app built again, the end of the test) waiting out the client's 30 s timeout.
+    from opentelemetry.exporter.cloud_monitoring import CloudMonitoringMetricsExporter
+    from opentelemetry.exporter.cloud_trace import CloudTraceSpanExporter
+    from opentelemetry.sdk.metrics.export import MetricExportResult
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    monkeypatch.setattr(CloudTraceSpanExporter, "export", lambda *_a, **_k: SpanExportResult.FAILURE)
+    monkeypatch.setattr(CloudMonitoringMetricsExporter, "export", lambda *_a, **_k: MetricExportResult.FAILURE)
     yield
+    telemetry_setup.shutdown()  # flushed here, while sending is still refused
 
 
 def build(key: str, monkeypatch: pytest.MonkeyPatch) -> Flask:
