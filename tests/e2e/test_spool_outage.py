@@ -207,13 +207,20 @@ def spool_outage(stack: Stack, *, poison: bool) -> None:
 
 
 def drain(url: str, timeout: float = 60.0) -> dict[str, Any]:
-    response = urllib3.request(
-        "POST",
-        f"{url}/drain",
-        body=json.dumps({"subscription": SUB}).encode(),
-        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
-        timeout=timeout,
-    )
+    """One ``POST /drain``; a 503 (retryable: e.g. ``kv_contended`` while the emulator still holds a killed
+    drainer's transaction locks) is asked again, as a client of the error model does, within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = urllib3.request(
+            "POST",
+            f"{url}/drain",
+            body=json.dumps({"subscription": SUB}).encode(),
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+            timeout=timeout,
+        )
+        if response.status != 503 or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
     assert response.status == 200, response.data
     (report,) = json.loads(response.data)["results"]
     return report  # type: ignore[no-any-return]

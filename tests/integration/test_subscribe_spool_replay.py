@@ -82,7 +82,8 @@ def test_a_restarted_subscribe_replays_its_spool_in_order_then_runs_live_message
     name = f"local-spool-{secrets.token_hex(4)}"
     topic, pull = publisher.topic_path(PROJECT, name), subscriber.subscription_path(PROJECT, name)
     publisher.create_topic(name=topic)
-    subscriber.create_subscription(name=pull, topic=topic)
+    # A minute to ack: on a loaded machine a 10 s deadline can lapse in the bounded run and redeliver.
+    subscriber.create_subscription(name=pull, topic=topic, ack_deadline_seconds=60)
     try:
         for n in (5, 6):
             publisher.publish(topic, json.dumps({"n": n, "device": "ab"[n % 2]}).encode(), device="ab"[n % 2]).result(

@@ -26,6 +26,7 @@ from noetl_cloud.local import components, process, tokens
 from noetl_cloud.local.components import PROJECT_ID, Component, Ports, StackError
 
 DEFAULT_PORT_BASE = 15430
+STATUS_GRACE_S = 6.0  # how long `local status` retries the health check of a running component
 ORDER = ("postgres", "pubsub", "firestore", "gcs", "s3")
 ROLE_PORTS = {
     "execute": 10,
@@ -446,7 +447,9 @@ class LocalStack:
                     port=comp.port,
                     pid=entry.get("pid") if running else None,
                     running=running,
-                    healthy=running and comp.healthy(),
+                    # A running component gets a few seconds: on a busy machine a check's answer can be
+                    # late without anything being wrong.
+                    healthy=running and process.wait_until(comp.healthy, timeout=STATUS_GRACE_S, interval=0.5),
                     startup_seconds=entry.get("startup_seconds"),
                     kind=kind,
                     recorded=name in recorded,
