@@ -29,33 +29,19 @@ from sqlalchemy import event, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from distributed import PLAYBOOK as CHAIN  # the 3-step noop chain the distributed bench runs
+from execute import fresh_database  # bench/execute.py: a fresh, migrated database
 from noetl_cloud.auth.internal import InternalAuth
 from noetl_cloud.control.app import build_app
 from noetl_cloud.control.bootstrap import ControlPlane
-from noetl_cloud.db.engine import create_db_engine
-from noetl_cloud.db.migrate import upgrade
 from noetl_cloud.settings import Settings
 from noetl_cloud.tools.registry import default_registry
 from noetl_cloud.web.client import ApiResponse
 from noetl_cloud.worker.service import WorkerService
-from peers_common import create_database, drop_database
+from peers_common import drop_database
 
 TOKEN = secrets.token_urlsafe(16)
 FIRST_COMMAND = text("SELECT command_id FROM command WHERE execution_id = :e")
-CHAIN = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: chain, path: profile/chain}
-workflow:
-  - step: s1
-    tool: {kind: noop, result: 1}
-    next: [{step: s2}]
-  - step: s2
-    tool: {kind: noop, result: 2}
-    next: [{step: s3}]
-  - step: s3
-    tool: {kind: noop, result: 3}
-"""
 
 
 class InProcessApi:
@@ -74,9 +60,9 @@ class InProcessApi:
 
 
 @contextmanager
-def fresh_database(base_url: str) -> Iterator[str]:
-    name = f"profile_{secrets.token_hex(4)}"
-    url = create_database(base_url, name)
+def scratch_database(base_url: str, name: str = "bench_profile_chain") -> Iterator[str]:
+    """A fresh, migrated database (bench/execute.py's), dropped afterwards."""
+    url = fresh_database(base_url, name)
     try:
         yield url
     finally:
@@ -85,7 +71,7 @@ def fresh_database(base_url: str) -> Iterator[str]:
 
 def run(chains: int, top: int, sort: str, save: str | None) -> None:
     env = os.environ
-    with fresh_database(env["NOETL_DATABASE_URL"]) as url:
+    with scratch_database(env["NOETL_DATABASE_URL"]) as url:
         settings = Settings(
             environment="local",
             database_url=url,
@@ -95,9 +81,6 @@ def run(chains: int, top: int, sort: str, save: str | None) -> None:
             internal_api_token=SecretStr(TOKEN),
             role="execute",
         )
-        migrations = create_db_engine(settings)
-        upgrade(migrations)
-        migrations.dispose()
         plane = ControlPlane(settings, env={})
         client = build_app(plane, InternalAuth(token=TOKEN)).test_client()
         client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
@@ -111,7 +94,7 @@ def run(chains: int, top: int, sort: str, save: str | None) -> None:
         assert client.post("/api/catalog", data=CHAIN, content_type="application/yaml").status_code in (200, 201)
 
         def one_chain() -> None:
-            started = client.post("/api/execute", json={"path": "profile/chain"}).get_json()
+            started = client.post("/api/execute", json={"path": "bench/three"}).get_json()
             execution_id = int(started["execution_id"])
             with plane.engine.connect() as conn:
                 command_id = conn.execute(FIRST_COMMAND, {"e": execution_id}).scalar_one()

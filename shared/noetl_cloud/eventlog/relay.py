@@ -265,13 +265,16 @@ class OutboxRelay:
         with it once it is published (kept pending with it when it is not)."""
         held, self._held = self._held, []
         if held:
-            last: dict[tuple[str, str | None], OutboxRow] = {}
+            def execution_of(row: OutboxRow) -> tuple[str, str]:
+                return row.topic, row.ordering_key or f"row/{row.outbox_id}"
+
+            last: dict[tuple[str, str], OutboxRow] = {}
             for _t, row in sorted(held, key=lambda item: item[1].outbox_id):
-                last[(row.topic, row.ordering_key or f"row/{row.outbox_id}")] = row
+                last[execution_of(row)] = row
             kept = list(last.values())
             covered: dict[int, list[int]] = {}
             for _t, row in held:
-                tip = last[(row.topic, row.ordering_key or f"row/{row.outbox_id}")]
+                tip = last[execution_of(row)]
                 if tip.outbox_id != row.outbox_id:
                     covered.setdefault(tip.outbox_id, []).append(row.outbox_id)
             with self._lock:
