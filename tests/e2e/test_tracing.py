@@ -116,10 +116,19 @@ def test_a_webhook_is_one_trace_from_the_ingress_to_its_last_step(
 
     # Spans reach the file within the exporters' delay, each process on its own schedule (the start and
     # the reports may be served by different gunicorn workers of execute): wait for the start's span
-    # and the last step's report.
+    # and the last step's report. A child span ends (and may be exported) before its parent, so wait for
+    # both commands too: the worker's export of the "end" command can come a batch after its tool call's.
     def all_there() -> bool:
         seen = names()
-        return seen["POST /api/execute"] >= 1 and seen["POST /api/events"] >= 2 and seen["tool.noop"] >= 1
+        return (
+            seen["POST /ingress/<listener:listener>"] >= 1
+            and seen["ingress.forward"] >= 1
+            and seen["POST /api/execute"] >= 1
+            and seen["POST /api/events"] >= 2
+            and seen["worker.command"] >= 2
+            and seen["tool.python"] >= 1
+            and seen["tool.noop"] >= 1
+        )
 
     assert wait_until(all_there, timeout=30), names()
     spans = trace_spans(folder, trace_id)
