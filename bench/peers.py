@@ -120,8 +120,13 @@ def cpu_rows(ours: list[Any], peer: list[Any], unit: str) -> list[str]:
     def med(runs: list[Any], category: str | None) -> float:
         return median([r.per_item_ms(category) for r in runs])
 
+    roles = sorted({k for r in ours for k in r.cpu if k.startswith("servers:")})
     return [
         _row(f"CPU/{unit} servers (ms)", med(ours, "servers"), med(peer, "servers"), ".3f"),
+        *(
+            _row(f"  of which our {role.split(':', 1)[1]} role (ms)", med(ours, role), None, ".3f")
+            for role in (roles if len(roles) > 1 else [])
+        ),
         _row(f"CPU/{unit} PostgreSQL (ms)", med(ours, "postgres"), med(peer, "postgres"), ".3f"),
         _row(f"CPU/{unit} Pub/Sub emulator (ms)", med(ours, "emulator"), None, ".3f"),
         _row(f"CPU/{unit} all of the above (ms)", med(ours, None), med(peer, None), ".3f"),

@@ -223,6 +223,11 @@ class Client:
         self.pool.close()
 
 
+def spent_in(cpu: dict[str, float], category: str | None) -> float:
+    """CPU seconds of ``category`` (every category when ``None``): ``servers`` sums ``servers:<role>``."""
+    return sum(v for k, v in cpu.items() if category is None or k == category or k.startswith(category + ":"))
+
+
 @dataclass
 class Window:
     """One measurement window of one side on one path."""
@@ -240,8 +245,7 @@ class Window:
         return self.items / self.seconds if self.seconds else 0.0
 
     def per_item_ms(self, category: str | None = None) -> float:
-        spent = sum(self.cpu.values()) if category is None else self.cpu.get(category, 0.0)
-        return spent * 1000 / max(self.items, 1)
+        return spent_in(self.cpu, category) * 1000 / max(self.items, 1)
 
     def errors(self) -> int:
         return sum(n for status, n in self.statuses.items() if not status.startswith("2"))
@@ -266,8 +270,7 @@ class Chain:
         return self.ended / self.wall if self.wall else 0.0
 
     def per_item_ms(self, category: str | None = None) -> float:
-        spent = sum(self.cpu.values()) if category is None else self.cpu.get(category, 0.0)
-        return spent * 1000 / max(self.ended, 1)
+        return spent_in(self.cpu, category) * 1000 / max(self.ended, 1)
 
 
 Send = Callable[[], tuple[str, int]]  # one request: (status, items it started)

@@ -206,7 +206,8 @@ class Ours:
 
     def _meter(self, groups: dict[str, int]) -> Meter:
         assert self.pg is not None
-        return Meter({"servers": list(groups.values()), "emulator": [self.emulator]}, self.pg)
+        servers = {f"servers:{role}": [pgid] for role, pgid in groups.items()}  # a CPU row per role
+        return Meter({**servers, "emulator": [self.emulator]}, self.pg)
 
     def _stored(self) -> int:
         return int(scalar(self.db, "SELECT count(*) FROM execution"))

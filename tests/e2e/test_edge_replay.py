@@ -2,8 +2,9 @@
 in every scheme, keyed on what the scheme signs; ``hmac_sha256`` and ``bearer`` on the body digest by
 default, for the listener's replay window, with ``verify.replay: none`` as the opt-out.
 
-The execute and ingress roles run as their deployables do, on a fresh database and a Firestore
-collection of the test's own (the fixtures of ``test_edge_hardening``)."""
+The execute and ingress roles run as their deployables do, on a fresh database (where the control
+plane claims each delivery's key with its start) and a Firestore collection of the test's own (the
+fixtures of ``test_edge_hardening``)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from typing import Any
 import pytest
 
 from noetl_cloud.local.process import wait_until
-from noetl_cloud.web.client import ApiClient, static_token
 from tests.e2e.telemetry_files import metric_total
 from tests.e2e.test_edge_hardening import (
     BEARER,
@@ -33,12 +33,12 @@ from tests.e2e.test_edge_hardening import (
     register,
 )
 from tests.e2e.test_ingress_push import BEARER_SECRET, HMAC_SECRET, STRIPE_SECRET
-from tests.integration.control_fixtures import TOKEN, Topics
+from tests.integration.control_fixtures import Topics
 
 
 @pytest.fixture
 def kv_collection() -> str:
-    """A Firestore collection of this test's own: its replay windows start empty, whatever ran before."""
+    """A Firestore collection of this test's own (the spool's circuit state), whatever ran before."""
     return f"replay-{secrets.token_hex(4)}"
 
 
@@ -127,29 +127,30 @@ def test_hmac_and_bearer_deliveries_replay_as_duplicates_within_the_window(
     assert listeners == ["mac", "mac", "ping", "ping", "tok"]
     assert wait_until(lambda: metric_total(tmp_path, "noetl.ingress_replayed") == 2, timeout=30)
 
-    # The replay key lives in the coordination store (Firestore), for the listener's replay window.
-    from noetl_cloud.ingress.replay import body_digest
-    from noetl_cloud.kv.firestore import FirestoreKeyValueStore
+    # The replay key is claimed with the start, in PostgreSQL, for the listener's replay window: one
+    # row per key, scoped to the listener's subscription.
+    from sqlalchemy import create_engine, text
 
-    key = f"ingress/seen/mac/{body_digest(body)}"
-    project, emulator = local_env.get("NOETL_PROJECT_ID", "noetl-local"), local_env["FIRESTORE_EMULATOR_HOST"]
-    seen = FirestoreKeyValueStore(project, collection=kv_collection, emulator_host=emulator).get(key)
-    assert seen is not None and seen.value["state"] == "accepted"
-    assert seen.expires_at is not None
+    from noetl_cloud.db.engine import normalize_url
+    from noetl_cloud.ingress.replay import body_digest
+
+    engine = create_engine(normalize_url(database_url))
+    key = f"mac/{body_digest(body)}"
+    with engine.connect() as conn:
+        seen = conn.execute(
+            text("SELECT scope, expires_at FROM subscription_dedup WHERE dedup_key = :key"), {"key": key}
+        ).one()
+    assert seen.scope.startswith("delivery/")
     assert sent_at + timedelta(seconds=899) <= seen.expires_at <= datetime.now(UTC) + timedelta(seconds=901)
 
-    # The window's end, without waiting for it: the ingress service on the same store and control
-    # plane, its store's clock moved past the entry's expiry, takes the same delivery as new.
-    from noetl_cloud.ingress.listeners import ListenerDirectory
-    from noetl_cloud.ingress.service import IngressService
-
-    clock = [datetime.now(UTC)]
-    store = FirestoreKeyValueStore(project, collection=kv_collection, emulator_host=emulator, clock=lambda: clock[0])
-    with ApiClient(api_url, token_source=static_token(TOKEN)) as api:
-        ingress = IngressService(ListenerDirectory(api), api, store, new_id=lambda: "1", jwks_for=lambda _url: None)
-        config = ingress.config("mac")
-        signature = [("X-Signature", hmac.new(HMAC_SECRET.encode(), body, hashlib.sha256).hexdigest())]
-        assert ingress.handle("mac", config, body, signature).status == "duplicate"  # the role's entry, seen
-        clock[0] = seen.expires_at + timedelta(seconds=1)
-        assert ingress.handle("mac", config, body, signature).status == "accepted"
+    # The window's end, without waiting for it: the key's expiry moved into the past, the same
+    # delivery runs again.
+    assert answer(mac("mac", body))[:2] == (200, "duplicate")
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE subscription_dedup SET expires_at = now() - interval '1 second' WHERE dedup_key = :key"),
+            {"key": key},
+        )
+    assert answer(mac("mac", body))[:2] == (202, "accepted")
+    engine.dispose()
     assert len(executions(database_url)) == 6

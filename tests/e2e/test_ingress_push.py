@@ -152,8 +152,8 @@ def stack(
         "NOETL_COMMAND_TOPIC_PREFIX": topic_prefix,
         "NOETL_EVENTS_TOPIC": events_topic_for(topic_prefix),
         "NOETL_POOLS": "shared,iot",
-        # Replay windows of this test's own: every scheme keys {"n": 0..5} on the same listener's body
-        # digest (or webhook id), so a run of another scheme within the window must not answer duplicate.
+        # Coordination state of this test's own (the spool's circuit). The replay keys are claimed in
+        # this test's fresh database, so another scheme's {"n": 0..5} never answers duplicate here.
         "NOETL_KV_COLLECTION": f"push-{secrets.token_hex(4)}",
         "NOETL_SECRET_HMAC_SECRET": HMAC_SECRET,
         "NOETL_SECRET_SW_SECRET": SW_SECRET,

@@ -272,7 +272,7 @@ def round_trips() -> Iterator[list[int]]:
     pg8000.core._flush = original
 
 
-def test_a_single_execute_is_one_round_trip_and_with_a_dedup_key_one_transaction(
+def test_a_single_execute_is_one_round_trip_with_a_delivery_key_too_and_with_a_dedup_key_one_transaction(
     client: FlaskClient, plane: ControlPlane, topics: Topics, round_trips: list[int]
 ) -> None:
     register(client, chain_playbook("hot/count", 2))
@@ -289,6 +289,14 @@ def test_a_single_execute_is_one_round_trip_and_with_a_dedup_key_one_transaction
     round_trips[0] = 0
     deduped = plane.executions.start_one(ExecuteRequest(path="hot/count", dedup={"key": "k-1", "window_secs": 60}))
     assert deduped.status == "started" and 4 <= round_trips[0] <= 5, round_trips[0]
+    assert plane.relay.flush()
+    # A delivery key (the ingress's replay protection) is claimed by the batch statement itself.
+    plane.executions.start_one(ExecuteRequest(path="hot/count", delivery={"key": "hooks/0", "window_secs": 60}))
+    round_trips[0] = 0
+    delivered = plane.executions.start_one(
+        ExecuteRequest(path="hot/count", delivery={"key": "hooks/1", "window_secs": 60})
+    )
+    assert delivered.status == "started" and round_trips[0] == 1, round_trips[0]
     assert plane.relay.flush()
 
 

@@ -13,7 +13,6 @@ from noetl_cloud.auth.internal import InternalAuth
 from noetl_cloud.ingress.app import build_app as ingress_app
 from noetl_cloud.ingress.listeners import ListenerDirectory
 from noetl_cloud.ingress.service import IngressService
-from noetl_cloud.kv.memory import InMemoryKeyValueStore
 from noetl_cloud.settings import Settings
 from noetl_cloud.web.client import ApiResponse
 from noetl_cloud.worker.app import build_app as worker_app
@@ -55,7 +54,6 @@ def test_the_ingress_answers_bad_input_with_json_errors() -> None:
     service = IngressService(
         ListenerDirectory(api),  # type: ignore[arg-type]
         api,  # type: ignore[arg-type]
-        InMemoryKeyValueStore(),
         new_id=lambda: f"n{next(ids)}",
         jwks_for=lambda _url: None,  # type: ignore[arg-type,return-value]
     )

@@ -159,7 +159,6 @@ def test_a_misconfigured_listener_tells_the_sender_nothing_and_logs_the_detail(
 ) -> None:
     from noetl_cloud.ingress.app import build_app
     from noetl_cloud.ingress.service import IngressService
-    from noetl_cloud.kv.memory import InMemoryKeyValueStore
 
     config = {
         "listener": "hooks",
@@ -180,7 +179,6 @@ def test_a_misconfigured_listener_tells_the_sender_nothing_and_logs_the_detail(
     service = IngressService(
         ListenerDirectory(api),  # type: ignore[arg-type]
         api,  # type: ignore[arg-type]
-        InMemoryKeyValueStore(),
         new_id=lambda: "1",
         jwks_for=lambda _url: None,
     )
@@ -205,13 +203,11 @@ class Forwards:
 
 def replaying_service(api: Forwards, now: float) -> Any:
     from noetl_cloud.ingress.service import IngressService
-    from noetl_cloud.kv.memory import InMemoryKeyValueStore
 
     ids = iter(range(1000))
     return IngressService(
         None,  # type: ignore[arg-type]
         api,  # type: ignore[arg-type]
-        InMemoryKeyValueStore(),
         new_id=lambda: f"n{next(ids)}",
         jwks_for=lambda _url: None,
         clock=lambda: now,
@@ -229,7 +225,7 @@ def listener(verify: dict[str, Any], source: str = "webhook", dedup: bool = Fals
     }
 
 
-def test_a_stripe_delivery_posted_twice_runs_once() -> None:
+def test_a_stripe_delivery_posted_twice_carries_its_event_id_as_the_delivery_key() -> None:
     import hashlib
     import hmac
 
@@ -239,12 +235,14 @@ def test_a_stripe_delivery_posted_twice_runs_once() -> None:
     body = json.dumps({"id": "evt_123", "type": "charge.succeeded"}).encode()
     digest = hmac.new(b"whsec_x", f"{now}.".encode() + body, hashlib.sha256).hexdigest()
     headers = [("Stripe-Signature", f"t={now},v1={digest}")]
-    outcomes = [service.handle("hooks", config, body, headers).status for _ in range(2)]
-    assert outcomes == ["accepted", "duplicate"] and len(api.requests) == 1
+    for _ in range(2):
+        service.handle("hooks", config, body, headers)
+    # Both copies carry one delivery key, which the control plane claims with the first start.
+    assert [r["delivery"]["key"] for r in api.requests] == ["hooks/evt_123"] * 2
     assert api.requests[0]["meta"]["message_id"] == "evt_123"
 
 
-def test_a_github_delivery_replayed_under_a_fresh_delivery_id_runs_once() -> None:
+def test_a_github_delivery_replayed_under_a_fresh_delivery_id_keeps_its_delivery_key() -> None:
     import hashlib
     import hmac
 
@@ -253,25 +251,25 @@ def test_a_github_delivery_replayed_under_a_fresh_delivery_id_runs_once() -> Non
     config = listener({"type": "github", "secret": "gh"})
     body = b'{"action": "opened"}'
     signature = "sha256=" + hmac.new(b"gh", body, hashlib.sha256).hexdigest()
-    outcomes = [
+    for delivery in ("d-1", "d-2"):
         service.handle("hooks", config, body, [("X-Hub-Signature-256", signature), ("X-GitHub-Delivery", delivery)])
-        for delivery in ("d-1", "d-2")
-    ]
-    assert [o.status for o in outcomes] == ["accepted", "duplicate"] and len(api.requests) == 1
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    assert [r["delivery"]["key"] for r in api.requests] == [f"hooks/{digest}"] * 2  # not the unsigned id
 
 
-def test_a_pubsub_push_redelivered_with_its_message_id_runs_once() -> None:
+def test_a_pubsub_push_redelivered_carries_its_message_id_as_the_delivery_key() -> None:
     import base64
 
     api = Forwards()
     service = replaying_service(api, 1_800_000_000)
     config = listener({"type": "bearer", "query_param": "token", "secret": "t"}, source="pubsub")
     body = json.dumps({"message": {"data": base64.b64encode(b"{}").decode(), "messageId": "ps-9"}}).encode()
-    outcomes = [service.handle("hooks", config, body, [], {"token": "t"}).status for _ in range(2)]
-    assert outcomes == ["accepted", "duplicate"] and len(api.requests) == 1
+    for _ in range(2):
+        service.handle("hooks", config, body, [], {"token": "t"})
+    assert [r["delivery"]["key"] for r in api.requests] == ["hooks/ps-9"] * 2
 
 
-def test_dedup_enabled_keys_an_hmac_delivery_on_its_content() -> None:
+def test_dedup_enabled_keys_an_hmac_delivery_and_its_replay_on_its_content() -> None:
     import hashlib
     import hmac
 
@@ -280,10 +278,10 @@ def test_dedup_enabled_keys_an_hmac_delivery_on_its_content() -> None:
     config = listener({"type": "hmac_sha256", "header": "x-signature", "secret": "s"}, dedup=True)
     body = b'{"n": 1}'
     headers = [("X-Signature", hmac.new(b"s", body, hashlib.sha256).hexdigest())]
-    outcomes = [service.handle("hooks", config, body, headers).status for _ in range(2)]
-    keys = [request["dedup"]["key"] for request in api.requests]
-    # The ingress's replay window answers the second (the body digest); the forward carries the same
-    # key to the control plane's dedup window, which outlives it (replay: none leaves that one alone,
-    # tests/unit/test_ingress_replay_digest.py).
-    assert outcomes == ["accepted", "duplicate"]
-    assert keys == ["sha256:" + hashlib.sha256(body).hexdigest()]
+    service.handle("hooks", config, body, headers)
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    # The replay window (the delivery key) and the subscription's dedup window (which outlives it) key
+    # on the same digest; the control plane claims both with the start (replay: none leaves the
+    # dedup window alone, tests/unit/test_ingress_replay_digest.py).
+    assert api.requests[0]["delivery"] == {"key": f"hooks/{digest}", "window_secs": 360}
+    assert api.requests[0]["dedup"] == {"key": digest, "window_secs": 600}

@@ -1,13 +1,14 @@
 """Replay protection of the schemes that sign no id (issue #21 item 3): ``hmac_sha256`` and ``bearer``
 deliveries are keyed on the body digest by default, inside the listener's replay window, with
-``verify.replay: none`` as the validated opt-out. In-memory adapters, the KV's clock injected."""
+``verify.replay: none`` as the validated opt-out. Here: the delivery key the ingress sends with each
+start (the control plane claims it in the start's transaction: tests/integration/test_control_execute.py
+runs a key twice, past its window and concurrently; tests/e2e/test_edge_replay.py over HTTP)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import itertools
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,20 +16,11 @@ import pytest
 from noetl_cloud.ingress.outcomes import ListenerMisconfigured
 from noetl_cloud.ingress.replay import ReplayPolicy, body_digest
 from noetl_cloud.ingress.service import IngressService
-from noetl_cloud.kv.memory import InMemoryKeyValueStore
 from noetl_cloud.web.client import ApiResponse
 from tests.unit.spec_support import problem_at, rejection
 
 SECRET = "hmac-secret"
 TOKEN = "bearer-token"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 11, 27, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 class Forwards:
@@ -37,15 +29,14 @@ class Forwards:
 
     def post(self, path: str, json: Any = None, **_kw: Any) -> ApiResponse:
         self.requests.append(json)
-        return ApiResponse(202, {"execution_id": str(len(self.requests))}, {})
+        return ApiResponse(202, {"execution_id": str(len(self.requests)), "status": "started"}, {})
 
 
-def service(api: Forwards, kv: InMemoryKeyValueStore) -> IngressService:
+def service(api: Forwards) -> IngressService:
     ids = itertools.count()
     return IngressService(
         None,  # type: ignore[arg-type]
         api,  # type: ignore[arg-type]
-        kv,
         new_id=lambda: f"n{next(ids)}",
         jwks_for=lambda _url: None,
         clock=lambda: 1_800_000_000,
@@ -72,72 +63,55 @@ BEARER = {"type": "bearer", "secret": TOKEN}
 BEARER_HEADERS = [("Authorization", f"Bearer {TOKEN}")]
 
 
+def delivered(config: dict[str, Any], body: bytes, headers: list[tuple[str, str]], url_name: str = "hooks") -> Any:
+    """The ``delivery`` key of the one start a delivery forwards."""
+    api = Forwards()
+    assert service(api).handle(url_name, config, body, headers).status == "accepted"
+    return api.requests[0].get("delivery")
+
+
 @pytest.mark.parametrize("scheme", ["hmac_sha256", "bearer"])
-def test_the_same_delivery_twice_runs_once_and_the_replay_is_answered_duplicate(scheme: str) -> None:
-    api, kv = Forwards(), InMemoryKeyValueStore(clock=Clock())
-    svc, body = service(api, kv), b'{"n": 1}'
-    config, headers = (listener(HMAC), mac(body)) if scheme == "hmac_sha256" else (listener(BEARER), BEARER_HEADERS)
-    first, again = (svc.handle("hooks", config, body, headers) for _ in range(2))
-    assert (first.status, first.http_status) == ("accepted", 202)
-    assert (again.status, again.http_status, again.execution_id) == ("duplicate", 200, first.execution_id)
-    assert len(api.requests) == 1
-    assert api.requests[0]["meta"]["message_id"] == body_digest(body)  # the forwarded id is unchanged
-    assert svc.counters.value("ingress_replayed", listener="hooks") == 1
-
-
-def test_a_different_body_is_not_a_replay() -> None:
-    api, kv = Forwards(), InMemoryKeyValueStore(clock=Clock())
-    svc = service(api, kv)
-    outcomes = [svc.handle("hooks", listener(HMAC), body, mac(body)).status for body in (b'{"n": 1}', b'{"n": 2}')]
-    assert outcomes == ["accepted", "accepted"] and len(api.requests) == 2
-
-
-def test_the_key_is_the_canonical_listener_name_and_the_digest() -> None:
-    api, kv = Forwards(), InMemoryKeyValueStore(clock=Clock())
+def test_the_delivery_key_is_the_body_digest_for_the_default_window(scheme: str) -> None:
     body = b'{"n": 1}'
-    service(api, kv).handle("alias-from-url", listener(HMAC, name="hooks"), body, mac(body))
-    entry = kv.get(f"ingress/seen/hooks/{body_digest(body)}")
-    assert entry is not None and entry.value["state"] == "accepted"
+    config, headers = (listener(HMAC), mac(body)) if scheme == "hmac_sha256" else (listener(BEARER), BEARER_HEADERS)
+    assert delivered(config, body, headers) == {"key": f"hooks/{body_digest(body)}", "window_secs": 360}
 
 
-def test_the_window_ends_with_the_replay_window_and_then_the_body_runs_again() -> None:
-    clock = Clock()
-    api, kv = Forwards(), InMemoryKeyValueStore(clock=clock)
-    svc, body = service(api, kv), b'{"n": 1}'
-    config = listener({**HMAC, "replay_window_s": 900})
-    assert svc.handle("hooks", config, body, mac(body)).status == "accepted"
-    entry = kv.get(f"ingress/seen/hooks/{body_digest(body)}")
-    assert entry is not None and entry.expires_at == clock.now + timedelta(seconds=900)
-    clock.now += timedelta(seconds=899)
-    assert svc.handle("hooks", config, body, mac(body)).status == "duplicate"
-    clock.now += timedelta(seconds=2)  # past the window: the KV entry has expired
-    assert svc.handle("hooks", config, body, mac(body)).status == "accepted"
-    assert len(api.requests) == 2
+def test_a_different_body_is_a_different_key() -> None:
+    keys = {delivered(listener(HMAC), body, mac(body))["key"] for body in (b'{"n": 1}', b'{"n": 2}')}
+    assert len(keys) == 2
+
+
+def test_the_key_names_the_canonical_listener_not_the_url_alias() -> None:
+    body = b'{"n": 1}'
+    delivery = delivered(listener(HMAC, name="hooks"), body, mac(body), url_name="alias-from-url")
+    assert delivery["key"] == f"hooks/{body_digest(body)}"
+
+
+def test_replay_window_s_sets_the_keys_window() -> None:
+    body = b'{"n": 1}'
+    assert delivered(listener({**HMAC, "replay_window_s": 900}), body, mac(body))["window_secs"] == 900
 
 
 def test_without_replay_window_s_the_window_is_the_tolerance_plus_a_minute() -> None:
-    clock = Clock()
-    kv = InMemoryKeyValueStore(clock=clock)
     body = b'{"n": 1}'
-    service(Forwards(), kv).handle("hooks", listener({**BEARER, "tolerance_s": 100}), body, BEARER_HEADERS)
-    entry = kv.get(f"ingress/seen/hooks/{body_digest(body)}")
-    assert entry is not None and entry.expires_at == clock.now + timedelta(seconds=160)
+    assert delivered(listener({**BEARER, "tolerance_s": 100}), body, BEARER_HEADERS)["window_secs"] == 160
 
 
 @pytest.mark.parametrize("scheme", ["hmac_sha256", "bearer"])
-def test_replay_none_lets_equal_bodies_run_and_keeps_nothing(scheme: str) -> None:
-    api, kv = Forwards(), InMemoryKeyValueStore(clock=Clock())
-    svc, body = service(api, kv), b'{"ping": true}'
+def test_replay_none_sends_no_delivery_key_and_keeps_the_digest_as_the_message_id(scheme: str) -> None:
+    api, body = Forwards(), b'{"ping": true}'
+    svc = service(api)
     verify, headers = (HMAC, mac(body)) if scheme == "hmac_sha256" else (BEARER, BEARER_HEADERS)
     config = listener({**verify, "replay": "none"})
     assert [svc.handle("hooks", config, body, headers).status for _ in range(2)] == ["accepted", "accepted"]
-    assert kv.get(f"ingress/seen/hooks/{body_digest(body)}") is None
+    assert [r.get("delivery") for r in api.requests] == [None, None]
     assert [r["meta"]["message_id"] for r in api.requests] == [body_digest(body)] * 2  # dedup can still key on it
 
 
 def test_dedup_enabled_with_replay_none_keys_the_control_planes_window_on_the_content() -> None:
     api = Forwards()
-    svc, body = service(api, InMemoryKeyValueStore(clock=Clock())), b'{"n": 1}'
+    svc, body = service(api), b'{"n": 1}'
     config = {**listener({**HMAC, "replay": "none"}), "dedup": {"enabled": True, "window_secs": 600}}
     for _ in range(2):
         svc.handle("hooks", config, body, mac(body))
@@ -156,7 +130,7 @@ def test_dedup_enabled_with_replay_none_keys_the_control_planes_window_on_the_co
 def test_a_replay_setting_the_spec_would_refuse_makes_the_listener_unavailable(verify: dict[str, Any]) -> None:
     api = Forwards()
     with pytest.raises(ListenerMisconfigured):
-        service(api, InMemoryKeyValueStore(clock=Clock())).handle("hooks", listener(verify), b"{}", BEARER_HEADERS)
+        service(api).handle("hooks", listener(verify), b"{}", BEARER_HEADERS)
     assert api.requests == []
 
 

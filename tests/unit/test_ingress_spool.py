@@ -14,6 +14,7 @@ from noetl_cloud.ingress.service import IngressService
 from noetl_cloud.ingress.stale import StaleTolerantDirectory
 from noetl_cloud.spool import events as ev
 from noetl_cloud.spool.ingress import IngressSpooler
+from noetl_cloud.spool.replayer import replay_request
 from noetl_cloud.web.client import ApiResponse
 from tests.unit.spool_support import DOWNSTREAM, SUB, World, workload_of, world
 from tests.unit.test_ingress_service import CONFIG, signed
@@ -49,7 +50,6 @@ def service(w: World, api: Api) -> IngressService:
     return IngressService(
         directory=None,  # type: ignore[arg-type]
         api=api,  # type: ignore[arg-type]
-        kv=w.kv,
         new_id=lambda: f"n{next(ids)}",
         jwks_for=lambda _url: None,
         spooler=IngressSpooler(w.engine, DOWNSTREAM),
@@ -76,8 +76,13 @@ def test_buffer_and_ack_spools_failed_forwards_then_skips_the_forward_while_the_
     assert workload_of(payload)["payload"] == {"n": 0} and item.message_id == "msg_0"
     assert item.plan["request"]["parent_execution_id"] == "7" and item.plan["playbook"] == "domain/handle"
     assert ev.CIRCUIT_OPENED in w.types()
-    again = deliver(svc, cfg, 0)  # the same delivery again: already durably accepted
-    assert (again.status, again.http_status) == ("duplicate", 200) and len(w.backend.list(SUB)) == 5
+    # The same delivery again is spooled again, with the same delivery key: the drain's start of the
+    # second copy is the first's duplicate (the control plane claims the key with the start).
+    again = deliver(svc, cfg, 0)
+    assert (again.status, again.http_status) == ("spooled", 202)
+    copies = [w.backend.get(ref) for ref in w.backend.list(SUB)]
+    keys = [replay_request(copy, data)["delivery"]["key"] for copy, data in copies]
+    assert len(keys) == 6 and keys.count("hooks/msg_0") == 2
 
 
 def test_hybrid_spools_for_a_push_source() -> None:

@@ -1,6 +1,7 @@
-"""Executions: start (single and batch, with the opt-in dedup window), read, cancel.
+"""Executions: start (single and batch, with the opt-in dedup window and the delivery key of the
+ingress's replay protection), read, cancel.
 
-Starting an execution is one transaction: the dedup key (when asked), the ``execution`` row with
+Starting an execution is one transaction: its start keys (when given), the ``execution`` row with
 its token state, the first orchestration turn (``playbook.started``, the entry step's admission,
 ``step.started``, ``command.issued`` and the ``command`` rows), the events' outbox rows and the
 command notifications' outbox rows. After the commit the notifications go to
@@ -23,7 +24,7 @@ from noetl_cloud import telemetry
 from noetl_cloud.control.catalog import CatalogCache, CatalogEntry, CatalogKey, CatalogService
 from noetl_cloud.control.models import ExecuteRequest, ItemResult
 from noetl_cloud.control.orchestrator import Orchestrator
-from noetl_cloud.control.start_dedup import StartDedup, StartPlan
+from noetl_cloud.control.start_dedup import StartDedup, StartPlan, start_keys
 from noetl_cloud.control.turn import ExecState, Turn
 from noetl_cloud.db.bulk import InsertBatch
 from noetl_cloud.db.engine import one_statement
@@ -132,11 +133,13 @@ class ExecutionService(StartDedup):
         results: list[ItemResult | None] = [None] * len(requests)
         plans: list[StartPlan] = []
         rows: list[OutboxRow] = []  # published after the commit: events, then command notifications
-        # Without dedup keys the only write is the batch's one statement (the reads before it need no
+        # Without start keys the only write is the batch's one statement (the reads before it need no
         # transaction of their own), so it commits by itself: no BEGIN, no COMMIT round trip. It cannot
         # half-apply: every event key it writes begins with its new execution's id, so a reused key means
-        # a reused execution id, and the execution row's primary key fails the whole statement.
-        writes_once = not any(r.dedup for r in requests)
+        # a reused execution id, and the execution row's primary key fails the whole statement. A lone
+        # start with a delivery key (the ingress's) and no dedup key claims it in that statement too.
+        folded = len(requests) == 1 and requests[0].delivery is not None and requests[0].dedup is None
+        writes_once = folded or not any(r.dedup or r.delivery for r in requests)
         with one_statement(self.engine) if writes_once else self.engine.begin() as conn:
             entries, guarded = self._resolve_all(conn, requests, use_cache)
             parents = self._parents(conn, requests)
@@ -145,14 +148,19 @@ class ExecutionService(StartDedup):
                     plans.append(self._plan(index, request, entries, parents))
                 except NoetlError as exc:
                     results[index] = _error(index, exc)
-            plans = self._claim_dedup(conn, plans, results, rows)
+            if not folded:
+                plans = self._claim_dedup(conn, plans, results, rows)
             batch = InsertBatch()
             if plans:
                 self._write(conn, batch, plans, rows)
             used = [e for e in guarded if any(p.entry is e for p in plans)]
             guard, params = CatalogCache.guard(used, *self.tenant)
+            if folded and plans:
+                guard, params = self._claim_in(batch, plans[0], guard, params)
             if not run_batch(conn, batch, guard=guard, params=params):
-                raise _StaleCatalog({e.path for e in used})
+                if not (folded and plans and self._held_elsewhere(conn, plans[0], results)):
+                    raise _StaleCatalog({e.path for e in used})
+                plans = []
         for plan in plans:
             results[plan.index] = ItemResult(
                 index=plan.index, status="started", execution_id=str(plan.execution_id), execution_pool=plan.pool
@@ -212,9 +220,7 @@ class ExecutionService(StartDedup):
             execution_id=self.ids.next_id(),
             step=entry_step(entry.document),
         )
-        if request.dedup is not None:
-            tenant, org = self.tenant
-            plan.dedup_scope = f"{tenant}/{org}/{request.parent_execution_id or '-'}"
+        plan.keys = start_keys(request, *self.tenant)
         return plan
 
     @staticmethod

@@ -39,6 +39,9 @@ class ExecuteRequest(BaseModel):
     execution_pool: str | None = Field(default=None, min_length=1, max_length=64)
     trace: TraceIn | None = None
     dedup: DedupIn | None = None
+    #: The id of the delivery this start answers (the ingress's replay protection): a second start
+    #: with the same key and parent within the window is a ``duplicate`` and records nothing.
+    delivery: DedupIn | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

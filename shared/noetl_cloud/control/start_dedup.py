@@ -1,24 +1,69 @@
-"""The opt-in dedup window of execution starts (``dedup: {key, window_secs}``), a mixin of
-:class:`~noetl_cloud.control.executions.ExecutionService`.
+"""The start keys of execution starts, a mixin of :class:`~noetl_cloud.control.executions.ExecutionService`:
+the opt-in dedup window (``dedup: {key, window_secs}``) and the delivery key of the ingress's replay
+protection (``delivery: {key, window_secs}``).
 
-A key is claimed in the start's own transaction (``subscription_dedup``, one row per scope and key):
-a key held within its window makes the item a ``duplicate`` of the execution that holds it, recorded
-as a ``subscription.message.deduplicated`` event; a key whose window passed is taken over. The
-reclaim job deletes the keys whose window has passed.
+A key is claimed in the start's own transaction (``subscription_dedup``, one row per scope and key),
+so a start and its key commit together: a key held within its window makes the item a ``duplicate``
+of the execution that holds it; a key whose window passed is taken over; a concurrent start with the
+same key waits on the first one's row and is its duplicate once it commits (or takes the key when it
+rolls back). A ``dedup`` duplicate is recorded as a ``subscription.message.deduplicated`` event; a
+``delivery`` duplicate (a re-sent or replayed delivery, which the ingress counts) records nothing, so
+a replayed request cannot grow the event log. When a start carries both keys and only the second is
+held, the first is pointed at the execution that holds the second. The reclaim job deletes the keys
+whose window has passed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
 from noetl_cloud.control.catalog import CatalogEntry
-from noetl_cloud.control.models import ExecuteRequest, ItemResult
+from noetl_cloud.control.models import DedupIn, ExecuteRequest, ItemResult
+from noetl_cloud.db.bulk import InsertBatch
 from noetl_cloud.envelope import EventFactory, utc_now
 from noetl_cloud.eventlog.postgres import PostgresEventStore
 from noetl_cloud.eventlog.relay import OutboxRow
+
+_CLAIM = text(
+    "INSERT INTO subscription_dedup (scope, dedup_key, execution_id, seen_at, expires_at) "
+    "VALUES (:scope, :key, :eid, :now, :expires) "
+    "ON CONFLICT (scope, dedup_key) DO UPDATE SET execution_id = EXCLUDED.execution_id, "
+    "seen_at = EXCLUDED.seen_at, expires_at = EXCLUDED.expires_at "
+    "WHERE subscription_dedup.expires_at <= EXCLUDED.seen_at RETURNING execution_id"
+)
+_HOLDER = text(
+    "SELECT d.execution_id, e.execution_pool FROM subscription_dedup d "
+    "LEFT JOIN execution e ON e.execution_id = d.execution_id "
+    "WHERE d.scope = :scope AND d.dedup_key = :key"
+)
+# The one key of a lone start, claimed by the start's write statement itself (its precondition), only
+# while the statement's guard holds; no row when the key is held or the guard is false.
+_CLAIM_IN_STATEMENT = (
+    "INSERT INTO subscription_dedup (scope, dedup_key, execution_id, seen_at, expires_at) "
+    "SELECT :scope, :key, :eid, :now, :expires WHERE {guard} "
+    "ON CONFLICT (scope, dedup_key) DO UPDATE SET execution_id = EXCLUDED.execution_id, "
+    "seen_at = EXCLUDED.seen_at, expires_at = EXCLUDED.expires_at "
+    "WHERE subscription_dedup.expires_at <= EXCLUDED.seen_at"
+)
+_HELD = text(
+    "SELECT d.execution_id, e.execution_pool FROM subscription_dedup d "
+    "LEFT JOIN execution e ON e.execution_id = d.execution_id "
+    "WHERE d.scope = :scope AND d.dedup_key = :key AND d.execution_id <> :eid AND d.expires_at > now()"
+)
+_REPOINT = text("UPDATE subscription_dedup SET execution_id = :eid WHERE scope = :scope AND dedup_key = :key")
+
+
+@dataclass(frozen=True, slots=True)
+class StartKey:
+    """One key a start claims: ``kind`` is ``delivery`` or ``dedup``."""
+
+    kind: str
+    scope: str
+    key: DedupIn
 
 
 @dataclass
@@ -32,11 +77,23 @@ class StartPlan:
     trace: dict[str, str] | None
     execution_id: int
     step: str
-    dedup_scope: str | None = None
+    keys: list[StartKey] = field(default_factory=list)
+
+
+def start_keys(request: ExecuteRequest, tenant: str, org: str) -> list[StartKey]:
+    """The keys ``request`` claims, the delivery's first, each scoped to the tenant and the parent
+    (a listener's starts name their subscription as the parent)."""
+    scope = f"{tenant}/{org}/{request.parent_execution_id or '-'}"
+    keys = []
+    if request.delivery is not None:
+        keys.append(StartKey("delivery", f"delivery/{scope}", request.delivery))
+    if request.dedup is not None:
+        keys.append(StartKey("dedup", scope, request.dedup))
+    return keys
 
 
 class StartDedup:
-    """Dedup keys of starts (a mixin of the execution service; it declares what it uses of it)."""
+    """Start keys (a mixin of the execution service; it declares what it uses of it)."""
 
     engine: Engine
     store: PostgresEventStore
@@ -45,62 +102,101 @@ class StartDedup:
     def _claim_dedup(
         self, conn: Connection, plans: list[StartPlan], results: list[ItemResult | None], outbox: list[OutboxRow]
     ) -> list[StartPlan]:
-        """Claim each dedup key in this transaction; a key held within its window is a duplicate."""
+        """Claim each plan's keys in this transaction; a plan with a key held within its window is a
+        duplicate of the holder's execution, and is left out of the plans returned."""
         keep: list[StartPlan] = []
-        seen: dict[tuple[str, str], StartPlan] = {}
+        seen: dict[tuple[str, str], StartPlan] = {}  # the same key twice in one batch
         now = utc_now()
         for plan in plans:
-            if plan.dedup_scope is None:
+            taken: list[StartKey] = []
+            holder: tuple[int, str | None] | None = None
+            for key in plan.keys:
+                first = seen.get((key.scope, key.key.key))
+                holder = (first.execution_id, first.pool) if first is not None else self._take(conn, plan, key, now)
+                if holder is not None:
+                    self._duplicate(conn, plan, key, taken, holder, outbox, results)
+                    break
+                taken.append(key)
+            if holder is None:
+                seen.update({(k.scope, k.key.key): plan for k in taken})
                 keep.append(plan)
-                continue
-            assert plan.request.dedup is not None
-            key = (plan.dedup_scope, plan.request.dedup.key)
-            if key in seen:  # the same key twice in one batch: the second is a duplicate of the first
-                results[plan.index] = self._duplicate(conn, plan, seen[key].execution_id, seen[key].pool, outbox)
-                continue
-            claimed = conn.execute(
-                text(
-                    "INSERT INTO subscription_dedup (scope, dedup_key, execution_id, seen_at, expires_at) "
-                    "VALUES (:scope, :key, :eid, :now, :expires) "
-                    "ON CONFLICT (scope, dedup_key) DO UPDATE SET execution_id = EXCLUDED.execution_id, "
-                    "seen_at = EXCLUDED.seen_at, expires_at = EXCLUDED.expires_at "
-                    "WHERE subscription_dedup.expires_at <= EXCLUDED.seen_at RETURNING execution_id"
-                ),
-                {
-                    "scope": key[0],
-                    "key": key[1],
-                    "eid": plan.execution_id,
-                    "now": now,
-                    "expires": now + timedelta(seconds=plan.request.dedup.window_secs),
-                },
-            ).scalar()
-            if claimed is not None:
-                seen[key] = plan
-                keep.append(plan)
-                continue
-            original = conn.execute(
-                text(
-                    "SELECT d.execution_id, e.execution_pool FROM subscription_dedup d "
-                    "LEFT JOIN execution e ON e.execution_id = d.execution_id "
-                    "WHERE d.scope = :scope AND d.dedup_key = :key"
-                ),
-                {"scope": key[0], "key": key[1]},
-            ).one()
-            results[plan.index] = self._duplicate(conn, plan, original.execution_id, original.execution_pool, outbox)
         return keep
 
+    @staticmethod
+    def _claim_in(
+        batch: InsertBatch, plan: StartPlan, guard: str, params: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        """Make the lone delivery key of ``plan`` the precondition of its write statement, behind the statement's
+        catalog ``guard``: nothing is written unless the guard holds and the key is claimed. Answers the
+        guard the statement then needs (the claim carries it)."""
+        (key,) = plan.keys
+        now = utc_now()
+        claim = {"scope": key.scope, "key": key.key.key, "eid": plan.execution_id, "now": now}
+        batch.precondition(
+            _CLAIM_IN_STATEMENT.format(guard=guard),
+            {**params, **claim, "expires": now + timedelta(seconds=key.key.window_secs)},
+        )
+        return "TRUE", {}
+
+    @staticmethod
+    def _held_elsewhere(conn: Connection, plan: StartPlan, results: list[ItemResult | None]) -> bool:
+        """After a lone start's statement wrote nothing: whether its delivery key is held (the start is
+        then a duplicate of the holder, answered in ``results``, and records nothing); false means the
+        catalog guard failed."""
+        (key,) = plan.keys
+        held = conn.execute(_HELD, {"scope": key.scope, "key": key.key.key, "eid": plan.execution_id}).first()
+        if held is None:
+            return False
+        pool = held.execution_pool
+        results[plan.index] = ItemResult(
+            index=plan.index, status="duplicate", execution_id=str(held.execution_id), execution_pool=pool
+        )
+        return True
+
+    @staticmethod
+    def _take(conn: Connection, plan: StartPlan, key: StartKey, now: datetime) -> tuple[int, str | None] | None:
+        """Claim ``key`` for the plan's execution; the holder (execution id, pool) when it is held."""
+        params = {"scope": key.scope, "key": key.key.key}
+        claimed = conn.execute(
+            _CLAIM,
+            {**params, "eid": plan.execution_id, "now": now, "expires": now + timedelta(seconds=key.key.window_secs)},
+        ).scalar()
+        if claimed is not None:
+            return None
+        held = conn.execute(_HOLDER, params).one()
+        return int(held.execution_id), held.execution_pool
+
     def _duplicate(
-        self, conn: Connection, plan: StartPlan, original: int, pool: str | None, outbox: list[OutboxRow]
-    ) -> ItemResult:
-        """The answer to a duplicate within the window, after recording it as an event."""
-        self._dedup_event(conn, plan, original, pool, outbox)
-        return ItemResult(index=plan.index, status="duplicate", execution_id=str(original), execution_pool=pool)
+        self,
+        conn: Connection,
+        plan: StartPlan,
+        key: StartKey,
+        taken: list[StartKey],
+        holder: tuple[int, str | None],
+        outbox: list[OutboxRow],
+        results: list[ItemResult | None],
+    ) -> None:
+        """Answer ``plan`` as a duplicate of ``holder``: the keys it took point there, and a dedup
+        duplicate is recorded as an event."""
+        original, pool = holder
+        for other in taken:
+            conn.execute(_REPOINT, {"eid": original, "scope": other.scope, "key": other.key.key})
+        if key.kind == "dedup":
+            self._dedup_event(conn, plan, key.key, original, pool, outbox)
+        results[plan.index] = ItemResult(
+            index=plan.index, status="duplicate", execution_id=str(original), execution_pool=pool
+        )
 
     def _dedup_event(
-        self, conn: Connection, plan: StartPlan, original: int, pool: str | None, outbox: list[OutboxRow]
+        self,
+        conn: Connection,
+        plan: StartPlan,
+        dedup: DedupIn,
+        original: int,
+        pool: str | None,
+        outbox: list[OutboxRow],
     ) -> None:
         request = plan.request
-        assert request.dedup is not None
         stream = f"subscription/{request.parent_execution_id or '-'}/dedup"
         self.store.append_in(
             conn,
@@ -113,8 +209,8 @@ class StartDedup:
                     aggregate_id=request.parent_execution_id or "-",
                     execution_id=str(original),
                     payload={
-                        "dedup_key": request.dedup.key,
-                        "window_secs": request.dedup.window_secs,
+                        "dedup_key": dedup.key,
+                        "window_secs": dedup.window_secs,
                         "original_execution_id": str(original),
                         "execution_pool": pool,
                         "message_id": request.meta.get("message_id"),

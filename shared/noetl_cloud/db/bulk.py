@@ -114,10 +114,11 @@ class InsertBatch:
         self.statements.append((sql, params))
 
     def precondition(self, sql: str, params: dict[str, Any]) -> None:
-        """An ``UPDATE ... WHERE ...`` (a constant of the caller's code, named binds, no ``RETURNING``)
-        that must change at least one row for anything of the batch to be written: it runs first, and
-        when it changes nothing, no part inserts and no statement changes anything, and :meth:`execute`
-        answers false (an optimistic check, e.g. of a version read earlier in the transaction)."""
+        """An ``UPDATE ... WHERE ...`` or an ``INSERT ... ON CONFLICT ... DO UPDATE ... WHERE ...`` (a
+        constant of the caller's code, named binds, no ``RETURNING``) that must change at least one row
+        for anything of the batch to be written: it runs first, and when it changes nothing, no part
+        inserts and no statement changes anything, and :meth:`execute` answers false (an optimistic
+        check, e.g. of a version read earlier in the transaction, or a key claimed with the rows)."""
         assert self.condition is None, "one precondition per batch"
         self.condition = (sql, params)
 

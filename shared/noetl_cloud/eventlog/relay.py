@@ -265,6 +265,7 @@ class OutboxRelay:
         with it once it is published (kept pending with it when it is not)."""
         held, self._held = self._held, []
         if held:
+
             def execution_of(row: OutboxRow) -> tuple[str, str]:
                 return row.topic, row.ordering_key or f"row/{row.outbox_id}"
 

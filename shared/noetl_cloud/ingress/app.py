@@ -1,7 +1,8 @@
 """The ingress role: the only public service. ``POST /ingress/{listener}``.
 
 It holds no database connection: listener configuration comes from the control plane (cached),
-deliveries go to ``POST /api/execute``, replay protection lives in the coordination store.
+deliveries go to ``POST /api/execute`` with their delivery key (replay protection, claimed by the
+control plane in the start's transaction); the spooler's circuit state lives in the coordination store.
 Imports stay light (no SQLAlchemy, no pyarrow): cold start matters on the public edge.
 """
 
@@ -65,15 +66,13 @@ def service_from_settings(settings: Settings) -> IngressService:
 
         return JwksCache(url or GOOGLE_CERTS_URL)
 
-    kv = kv_from_settings(settings)
     return IngressService(
         StaleTolerantDirectory(api),
         api,
-        kv,
         new_id=ids.next_str,
         jwks_for=jwks_for,
         counters=Counters(),
-        spooler=ingress_spooler(settings, api, kv),
+        spooler=ingress_spooler(settings, api, kv_from_settings(settings)),
     )
 
 

@@ -18,11 +18,6 @@ class RateLimited(NoetlError):
         self.retry_after = retry_after
 
 
-class DeliveryInProgress(Unavailable):
-    code = "delivery_in_progress"
-    retry_after = 5
-
-
 class ListenerPaused(Unavailable):
     code = "listener_paused"
     retry_after = 30

@@ -1,16 +1,19 @@
-"""One push delivery, start to end: verify, limit, claim the message id, parse, plan, forward.
+"""One push delivery, start to end: verify, limit, parse, plan, forward with the delivery key.
 
 Order matters (RFC §7.5): nothing of the request but the bytes the verifier needs is read before
 the verifier passed; the planner takes only a verified message. Then:
 
 * rate limit (per listener, token bucket) -> 429 with ``Retry-After``;
-* replay protection, keyed on what the scheme signs (``noetl_cloud.ingress.replay``): the id is
-  claimed in the coordination store while the message is forwarded, recorded as accepted once the
-  control plane took it, and the claim released if the forward failed, so a redelivery after a
-  failure is processed, a redelivery after success is an acknowledged no-op, and two concurrent
-  copies cannot both run;
 * forward one ``POST /api/execute``: 202 ``{status: accepted, execution_id}`` (200 to a Pub/Sub
-  push, whose emulator does not take 202 as an acknowledgement).
+  push, whose emulator does not take 202 as an acknowledgement);
+* replay protection, keyed on what the scheme signs (``noetl_cloud.ingress.replay``): the id goes
+  with the start as its ``delivery`` key, which the control plane claims in the transaction that
+  creates the execution, for the listener's replay window. A redelivery after a failure is
+  processed (the failed start committed nothing, its key neither), a redelivery after success is
+  answered 200 ``{status: duplicate}`` and runs nothing, and of two concurrent copies the second
+  waits on the first's key and is its duplicate. No coordination-store round trip: the key costs
+  the start one row, in the commit it makes anyway. A spooled delivery keeps its key in the spooled
+  request, so a copy spooled twice still runs once.
 
 Failure semantics, with Pub/Sub push backoff in mind: control plane down or 5xx -> 503 (the
 source redelivers) unless the subscription spools (``buffer_and_ack`` / ``hybrid``): then a
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -34,7 +38,6 @@ from noetl_cloud.ingress.audit import AuditSampler
 from noetl_cloud.ingress.directives import plan_dispatch
 from noetl_cloud.ingress.listeners import ListenerDirectory
 from noetl_cloud.ingress.outcomes import (
-    DeliveryInProgress,
     DispatchRejected,
     ListenerInactive,
     ListenerMisconfigured,
@@ -45,14 +48,12 @@ from noetl_cloud.ingress.outcomes import (
 from noetl_cloud.ingress.push import BadMessage, PushMessage, pubsub_message, webhook_message
 from noetl_cloud.ingress.replay import ReplayPolicy, body_digest, replay_id
 from noetl_cloud.ingress.verify import Rejection, VerifiedIdentity, VerifyConfig, credential_headers, verify
-from noetl_cloud.kv.port import KeyValueStore
 from noetl_cloud.observability import Counters
 from noetl_cloud.ratelimit import TokenBucket
 from noetl_cloud.web.client import ApiClient, segment
 
 log = logging.getLogger(__name__)
 
-CLAIM_TTL_S = 30.0
 ACTIVE_STATES = ("registered", "active")
 
 
@@ -81,7 +82,6 @@ class IngressService:
         self,
         directory: ListenerDirectory,
         api: ApiClient,
-        kv: KeyValueStore,
         *,
         new_id: Callable[[], str],
         jwks_for: Callable[[str | None], Any],
@@ -93,7 +93,6 @@ class IngressService:
     ) -> None:
         self.directory = directory
         self.api = api
-        self.kv = kv
         self.new_id = new_id
         self.jwks_for = jwks_for
         self.counters = counters or Counters()
@@ -137,42 +136,11 @@ class IngressService:
         if replayed_as != identity.message_id:
             identity = dataclasses.replace(identity, message_id=replayed_as)
         self._limit(listener, config)
-        claim = self._claim(listener, config, identity)
-        if isinstance(claim, Outcome):
-            return claim
-        try:
-            with telemetry.span("ingress.forward") as forwarding:
-                outcome = self._dispatch(listener, config, verify_cfg, identity, body, header_pairs)
-                if forwarding is not None:
-                    forwarding.set_attribute("noetl.outcome", outcome.status)
-        except BaseException:
-            if claim is not None:
-                self._release(claim)
-            raise
-        if claim is not None:
-            self._record_accepted(claim, policy.window_s, outcome)
+        with telemetry.span("ingress.forward") as forwarding:
+            outcome = self._dispatch(listener, config, verify_cfg, identity, policy, body, header_pairs)
+            if forwarding is not None:
+                forwarding.set_attribute("noetl.outcome", outcome.status)
         return outcome
-
-    def _release(self, claim: tuple[str, int]) -> None:
-        """Give the message id back so the redelivery of a failed delivery is processed."""
-        try:
-            self.kv.delete(claim[0], expected_version=claim[1])
-        except NoetlError:  # the claim expires on its own; the original failure is what matters
-            log.warning("delivery claim not released", extra={"key": claim[0]})
-
-    def _record_accepted(self, claim: tuple[str, int], ttl: float, outcome: Outcome) -> None:
-        """Remember the id as accepted for the listener's replay window. Best effort: the delivery
-        itself already succeeded, so a claim that expired during a slow forward (or a coordination
-        store outage) must not turn it into an error; the control plane's dedup window is the second line."""
-        try:
-            self.kv.compare_and_set(
-                claim[0],
-                {"state": "accepted", "execution_id": outcome.execution_id, "outcome": outcome.status},
-                expected_version=claim[1],
-                ttl_s=ttl,
-            )
-        except NoetlError:
-            log.warning("accepted delivery not recorded for replay protection", extra={"key": claim[0]})
 
     def _verify(
         self,
@@ -218,24 +186,6 @@ class IngressService:
             self.counters.inc("ingress_rate_limited", listener=listener)
             raise RateLimited(bucket.retry_after())
 
-    def _claim(
-        self, listener: str, config: dict[str, Any], identity: VerifiedIdentity
-    ) -> tuple[str, int] | Outcome | None:
-        """Claim the delivery's message id; an Outcome when it was already accepted."""
-        if not identity.message_id:
-            return None
-        key = f"ingress/seen/{listener}/{identity.message_id}"
-        entry = self.kv.create(key, {"state": "in_flight"}, ttl_s=CLAIM_TTL_S)
-        if entry is not None:
-            return key, entry.version
-        seen = self.kv.get(key)
-        if seen is None:  # expired between the two reads: treat as new on the next delivery
-            raise DeliveryInProgress("the delivery is being processed; retry later")
-        if seen.value.get("state") == "accepted":
-            self.counters.inc("ingress_replayed", listener=listener)
-            return Outcome("duplicate", 200, execution_id=seen.value.get("execution_id"))
-        raise DeliveryInProgress("the same delivery is being processed; retry later")
-
     def _parse(
         self,
         config: dict[str, Any],
@@ -271,6 +221,7 @@ class IngressService:
         config: dict[str, Any],
         verify_cfg: VerifyConfig,
         identity: VerifiedIdentity,
+        policy: ReplayPolicy,
         body: bytes,
         header_pairs: Sequence[tuple[str, str]],
     ) -> Outcome:
@@ -301,6 +252,11 @@ class IngressService:
             request["parent_execution_id"] = config["subscription_id"]
         if plan.dedup:
             request["dedup"] = plan.dedup
+        if identity.message_id:  # replay protection: claimed with the start (the module's docstring)
+            request["delivery"] = {
+                "key": f"{listener}/{identity.message_id}",
+                "window_secs": math.ceil(policy.window_s),
+            }
         # What a replay needs besides the workload: the verified plan and the request around it.
         spool_plan = {**plan.to_dict(), "request": {k: v for k, v in request.items() if k != "workload"}}
         ticket = self.spooler.gate(listener, config, message) if self.spooler is not None else None
@@ -322,8 +278,11 @@ class IngressService:
                 message.message.message_id,
                 DispatchRejected(f"the control plane refused the dispatch: {error.get('code', response.status)}"),
             )
-        self.counters.inc("ingress_dispatched", listener=listener)
         body_json = response.json if isinstance(response.json, dict) else {}
+        if body_json.get("status") == "duplicate":  # a delivery (or dedup) key already held: ran nothing
+            self.counters.inc("ingress_replayed", listener=listener)
+            return Outcome("duplicate", 200, execution_id=body_json.get("execution_id"))
+        self.counters.inc("ingress_dispatched", listener=listener)
         return Outcome("accepted", _accepted_status(config), execution_id=body_json.get("execution_id"))
 
     def _downstream_failed(

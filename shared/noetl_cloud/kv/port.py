@@ -1,14 +1,13 @@
 """The coordination key-value port: small documents with versions, expiry and leases.
 
 Coordination state that every instance must share and that must survive restarts lives here
-(ARCHITECTURE §3): the ingress's seen-message window (create-if-absent with an expiry), circuit
-breakers (a state document updated by compare-and-set), drain leases per (subscription, lane),
-runtime singleton leases and token buckets.
+(ARCHITECTURE §3): circuit breakers (a state document updated by compare-and-set), drain leases
+per (subscription, lane), runtime singleton leases and token buckets.
 
 Semantics every adapter keeps (``tests/contracts/kv.py`` proves them):
 
-* A key is any non-empty string; namespaces are the caller's (``ingress/seen/<listener>/<id>``,
-  ``circuit/<downstream>``). A value is a JSON object (``dict`` with string keys); it is stored
+* A key is any non-empty string; namespaces are the caller's (``circuit/<downstream>``,
+  ``spool/backlog/<subscription>``). A value is a JSON object (``dict`` with string keys); it is stored
   as JSON, so what comes back is what ``json.loads(json.dumps(value))`` gives, and a fresh copy
   on every read.
 * ``version`` is 1 for a new entry and grows by one with every successful write of it.
