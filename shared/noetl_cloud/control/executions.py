@@ -28,6 +28,7 @@ from noetl_cloud.control.start_dedup import StartDedup, StartPlan, start_keys
 from noetl_cloud.control.turn import ExecState, Turn
 from noetl_cloud.db.bulk import InsertBatch
 from noetl_cloud.db.engine import one_statement
+from noetl_cloud.db.rows import RowsStatement
 from noetl_cloud.db.schema import event, execution
 from noetl_cloud.engine.runner import merge_workload
 from noetl_cloud.envelope import EventEnvelope, EventFactory, utc_now
@@ -53,6 +54,12 @@ def entry_step(document: dict[str, Any]) -> str:
 
 def _error(index: int, exc: NoetlError) -> ItemResult:
     return ItemResult.failed(index, exc)
+
+
+# One array parameter, not an expanding IN: compiled once, whatever the number of parents.
+_PARENTS = RowsStatement(
+    "SELECT execution_id, trace, execution_pool FROM execution WHERE execution_id = ANY(CAST(:ids AS bigint[]))"
+)
 
 
 class _StaleCatalog(Exception):  # a signal between two methods, never raised to a caller
@@ -241,11 +248,7 @@ class ExecutionService(StartDedup):
         ids = {int(r.parent_execution_id) for r in requests if r.parent_execution_id}
         if not ids:
             return {}
-        rows = conn.execute(
-            select(execution.c.execution_id, execution.c.trace, execution.c.execution_pool).where(
-                execution.c.execution_id.in_(ids)
-            )
-        )
+        rows = _PARENTS(conn, {"ids": sorted(ids)})
         return {r.execution_id: (r.trace, r.execution_pool) for r in rows}
 
     # -- the writes (the dedup window's claims: control/start_dedup.py) ------------------------
