@@ -143,11 +143,12 @@ def test_the_relay_holds_the_mirror_rows_and_deletes_many_published_rows_in_one_
     assert relay.report()["published"] == rows and relay.report()["queued_rows"] == 0
 
 
-def test_a_settle_publishes_one_mirror_message_per_execution_naming_its_last_event(
+def test_a_settle_publishes_one_bundle_naming_each_executions_last_event(
     client: FlaskClient, plane: ControlPlane, topics: Topics
 ) -> None:
     """Every append of an execution writes a mirror row; the projector folds to the tip whatever event a
-    delivery names, so a settle publishes only each execution's last row and deletes the rest with it."""
+    delivery names, so a settle publishes only each execution's last row, all of them in one bundle
+    (eventlog/bundles.py), and deletes the rest with it."""
     register(client, chain_playbook("relay/coalesce", 3))
     sent: list[OutboundMessage] = []
     publisher = plane.publisher
@@ -185,13 +186,15 @@ def test_a_settle_publishes_one_mirror_message_per_execution_naming_its_last_eve
         assert appends >= 5  # start, claim, three reports: each held for the settle
     finally:
         relay.close()  # the settle
-    mirrors = [m for m in sent if not m.topic.startswith(topics.prefix)]
-    assert sorted(json.loads(m.data)["execution_id"] for m in mirrors) == sorted([chain, other])
+    (bundle,) = [m for m in sent if not m.topic.startswith(topics.prefix)]  # one message for the settle
+    assert (bundle.ordering_key, bundle.attributes) == (None, {"deliveries": "2"})
+    deliveries = json.loads(bundle.data)["deliveries"]
+    assert sorted(d["execution_id"] for d in deliveries) == sorted([chain, other])
     with plane.engine.connect() as conn:
         last = conn.execute(
             text("SELECT max(event_id) FROM event WHERE execution_id = :e"), {"e": int(chain)}
         ).scalar_one()
-    (mine,) = [json.loads(m.data) for m in mirrors if json.loads(m.data)["execution_id"] == chain]
+    (mine,) = [d for d in deliveries if d["execution_id"] == chain]
     assert mine["event_id"] == str(last)
     assert _statuses(plane, chain) == [] and _statuses(plane, other) == []  # every row deleted
     assert relay.report()["coalesced"] == appends - 1

@@ -9,8 +9,9 @@ a daemon thread of the process publishes them, so no request waits on Pub/Sub:
 * command notifications within ``linger_s`` (10 ms), the rows of many requests in one ``Publish``;
 * the events' mirror rows at the next *settle*, every ``settle_every_s`` (200 ms): the projector's read
   model may trail by that much, and the events topic gets one request per settle, not one per batch,
-  with one message per execution (its last row: the projector folds up to the tip whatever event a
-  delivery names), however many appends the execution made within the settle;
+  with one entry per execution (its last row: the projector folds up to the tip whatever event a
+  delivery names), however many appends the execution made within the settle, bundled into one
+  message per 100 executions (``eventlog/bundles.py``);
 * at the settle it also deletes every row it published since the last one, in one statement (a
   published row has done its work; deleting writes nothing new, where marking it rewrote the row).
 
@@ -39,6 +40,7 @@ from sqlalchemy import Engine, TextClause, text
 
 from noetl_cloud.db.engine import CUSTOM_PLANS
 from noetl_cloud.envelope import canonical_json
+from noetl_cloud.eventlog.bundles import bundled
 from noetl_cloud.messaging.port import OutboundMessage, Publisher
 from noetl_cloud.settings import Settings
 
@@ -99,7 +101,7 @@ class RelayStats:
 
     handed_off: int = 0
     publishes: int = 0  # calls to the publisher (each one Publish request per topic it names)
-    published: int = 0
+    published: int = 0  # rows published (every row a bundle names counts)
     left_for_sweep: int = 0
     swept: int = 0
     lag_ms_last: float = 0.0
@@ -280,6 +282,7 @@ class OutboxRelay:
                     covered.setdefault(tip.outbox_id, []).append(row.outbox_id)
             with self._lock:
                 self.stats.coalesced += len(held) - len(kept)
+            kept = bundled(kept, covered)  # one message per topic and BUNDLE_MAX executions
             self._publish_quietly(kept, [t for t, _r in held], mirror=True, covered=covered)
         ids, self._unsettled_ids = self._unsettled_ids, []
         try:
@@ -313,10 +316,12 @@ class OutboxRelay:
         if covered:
             self._unsettled_ids.extend(i for published in ok for i in covered.get(published, ()))
         done = time.monotonic()
+        sent = set(ok)  # a bundle's one message publishes every row it names
+        rows_out = sum(len(r.data.get("deliveries", ())) or 1 for r in rows if r.outbox_id in sent)
         with self._lock:
             s = self.stats
             s.publishes += 1
-            s.published += len(ok)
+            s.published += rows_out
             s.left_for_sweep += len(rows) - len(ok)
             if mirror:
                 s.mirror_lag_ms_max = max(s.mirror_lag_ms_max, (done - min(handed_at)) * 1000)

@@ -4,12 +4,14 @@ Order of a delivery: authenticate the push (a Google ID token minted for
 ``NOETL_PROJECTOR_PUSH_AUDIENCE`` by ``NOETL_PROJECTOR_PUSH_SERVICE_ACCOUNT``; locally the bearer
 ``NOETL_PROJECTOR_PUSH_TOKEN``, in the ``Authorization`` header or as the endpoint's ``?token=``),
 then parse the push envelope and read the event id from the message data (the outbox's
-``{"event_id", "execution_id"}``), then fold (:class:`~noetl_cloud.projector.service.Projector`).
+``{"event_id", "execution_id"}``, or a settle's bundle of them: ``projector/deliveries.py``), then
+fold (:class:`~noetl_cloud.projector.service.Projector`).
 
-Answers: **200** ``{outcome, event_id, ...}`` for everything Pub/Sub should ack — ``applied``,
-``duplicate``, and ``unknown_event`` / ``no_execution`` (nothing to fold here); **400**
-``invalid_payload`` / ``invalid_notification`` for a message that can never succeed (dead-lettered);
-**401**/**403** for push credentials; **5xx** when the database is unavailable, so Pub/Sub redelivers.
+Answers: **200** ``{outcome, event_id, ...}`` (a bundle: ``{deliveries, results: [...]}``) for
+everything Pub/Sub should ack — ``applied``, ``duplicate``, and ``unknown_event`` /
+``no_execution`` (nothing to fold here); **400** ``invalid_payload`` / ``invalid_notification``
+for a message that can never succeed (dead-lettered); **401**/**403** for push credentials;
+**5xx** when the database is unavailable, so Pub/Sub redelivers.
 
 Under ``/api/`` (internal API auth): ``GET /api/projector/status`` (projection lag and the last
 applied event id, of the latest write or of one execution), the replay API, and
@@ -25,32 +27,16 @@ from typing import Any
 
 from flask import Flask, request
 
-from noetl_cloud import telemetry
 from noetl_cloud.auth import push as push_endpoint
 from noetl_cloud.auth.internal import InternalAuth, install
-from noetl_cloud.errors import BadRequest
-from noetl_cloud.ids import id_from_text
 from noetl_cloud.ingress.push import pubsub_message
 from noetl_cloud.ingress.verify import CREDENTIAL_HEADERS
 from noetl_cloud.observability import configure_logging
 from noetl_cloud.projector.bootstrap import ProjectorRole
+from noetl_cloud.projector.deliveries import deliveries_of, fold_each
 from noetl_cloud.replay import api as replay_api
 from noetl_cloud.settings import Settings
 from noetl_cloud.web import create_app
-
-
-class InvalidNotification(BadRequest):
-    """The message names no event id: it can never be folded."""
-
-    code = "invalid_notification"
-
-
-def event_id_of(data: Any, attributes: Mapping[str, str]) -> int:
-    value = data.get("event_id") if isinstance(data, dict) else attributes.get("event_id")
-    event_id = id_from_text(value)
-    if event_id is None:  # absent, not a number, or past a bigint: it can never be folded
-        raise InvalidNotification("the message carries no event_id")
-    return event_id
 
 
 def build_app(role: ProjectorRole, push_auth: InternalAuth, api_auth: InternalAuth) -> Flask:
@@ -69,10 +55,8 @@ def build_app(role: ProjectorRole, push_auth: InternalAuth, api_auth: InternalAu
             drop=CREDENTIAL_HEADERS,
             new_id=lambda: secrets.token_hex(8),
         )
-        event_id = event_id_of(pushed.payload, pushed.attributes)
-        with telemetry.span("projector.apply", {"noetl.event_id": event_id}, parent=pushed.attributes):
-            result = role.projector.handle(event_id)
-        return result.body(), 200
+        deliveries = deliveries_of(pushed.payload, pushed.attributes)
+        return fold_each(deliveries, role.projector.handle, role.folds), 200
 
     @app.get("/api/projector/status")
     def status() -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -37,6 +38,12 @@ class ProjectorRole:
             pool_size=self.settings.db_pool_size,
             max_overflow=0,
         )
+
+    @cached_property
+    def folds(self) -> ThreadPoolExecutor:
+        """The threads that fold a bundle's executions side by side: one connection of the reader's
+        pool each, one left for the deliveries the request threads fold themselves."""
+        return ThreadPoolExecutor(max(1, self.settings.db_pool_size - 1), thread_name_prefix="fold")
 
     @cached_property
     def registry(self) -> UpcasterRegistry:

@@ -82,6 +82,40 @@ def test_duplicated_and_shuffled_deliveries_converge_to_the_fold_of_the_log(
     assert seen[0] == seen[1]
 
 
+def test_a_bundle_folds_every_execution_it_names_and_its_redelivery_is_all_duplicates(
+    rclient: FlaskClient,
+    rplane: ControlPlane,
+    events_topic: EventsTopic,
+    projector_client: FlaskClient,
+) -> None:
+    """A settle's bundle (``{"deliveries": [...]}``) names several executions: one push folds each to
+    its tip on the role's fold threads, and answers once every fold has committed."""
+    register(rclient, chain_playbook("projector/bundled", 3))
+    driver = Driver(rclient, rplane.engine, seed=5)
+    executions = [driver.start("projector/bundled") for _ in range(4)]
+    for eid in executions:
+        driver.run_to_end(eid)
+    with rplane.engine.connect() as conn:
+        tips = dict(
+            conn.execute(
+                text(
+                    "SELECT execution_id::text, max(event_id)::text FROM event WHERE execution_id = ANY(:e) GROUP BY 1"
+                ),
+                {"e": [int(e) for e in executions]},
+            ).all()
+        )
+    bundle = {"deliveries": [{"event_id": tips[e], "execution_id": e, "events": 1} for e in executions]}
+    first = projector_client.post(f"/?token={PUSH_TOKEN}", json=push_body(bundle, {"deliveries": "4"}))
+    assert first.status_code == 200, first.get_json()
+    answer = first.get_json()
+    assert answer["deliveries"] == 4 and {r["outcome"] for r in answer["results"]} == {"applied"}
+    for eid in executions:
+        report = _verify(rclient, eid)
+        assert report["ok"] and report["events_behind"] == 0, report
+    again = projector_client.post(f"/?token={PUSH_TOKEN}", json=push_body(bundle, {"deliveries": "4"})).get_json()
+    assert [r["outcome"] for r in again["results"]] == ["duplicate"] * 4
+
+
 def test_push_needs_its_credentials_and_a_message_naming_an_event(
     projector_client: FlaskClient, rclient: FlaskClient, rplane: ControlPlane, events_topic: EventsTopic
 ) -> None:
