@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from flask import Flask, Response, g, jsonify, request
-from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import DBAPIError
 
 from noetl_cloud import console, telemetry
@@ -26,7 +25,7 @@ from noetl_cloud.control import (
     spool_proxy,
 )
 from noetl_cloud.control.bootstrap import ControlPlane
-from noetl_cloud.control.models import BatchRequest, ExecuteRequest
+from noetl_cloud.control.models import Audit, BatchRequest, Cancel, ExecuteRequest, RegisterSubscription, Transition
 from noetl_cloud.control.reports import WorkerRef, WorkerReport
 from noetl_cloud.errors import BadRequest
 from noetl_cloud.observability import configure_logging
@@ -39,38 +38,6 @@ from noetl_cloud.web.app import MAX_FORWARD_BYTES, body_limit
 from noetl_cloud.web.errors import error_response
 
 log = logging.getLogger(__name__)
-
-
-class RegisterSubscription(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    path: str = Field(min_length=1, max_length=512)
-
-
-class Transition(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    expected_version: int | None = Field(default=None, ge=1)
-
-
-class AuditPayload(BaseModel):
-    """What an ingress verdict may record: codes and counts, never a body, header or secret."""
-
-    model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9_]+$")
-    status: int | None = Field(default=None, ge=100, le=599)
-    suppressed: int | None = Field(default=None, ge=0)
-    message_id: str | None = Field(default=None, max_length=512)
-    detail: str | None = Field(default=None, max_length=512)
-
-
-class Audit(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    event_type: Literal["subscription.message.rejected", "subscription.message.dead_lettered"]
-    payload: AuditPayload
-
-
-class Cancel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    reason: str | None = Field(default=None, max_length=1024)
 
 
 def _catalog_content() -> str:

@@ -28,30 +28,22 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, g
-from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine, text
 
 from noetl_cloud.control import reruns
 from noetl_cloud.control.execution_queries import ENDED, ExecutionQueries, _where, parse_filters
 from noetl_cloud.control.executions import ExecutionService
+from noetl_cloud.control.models import MAX_MAX, BulkRerun
 from noetl_cloud.errors import BadRequest, Conflict, NoetlError, NotFound
 from noetl_cloud.web import json_body
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX, MAX_MAX = 100, 1000
 #: A running operation without progress for this long is resumed by a retried request.
 STALE_S = 120
 _KEY = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _OPERATION = re.compile(r"^[0-9a-f]{32}$")
 _FILTERS = ("status", "path", "version", "subscription", "pool", "parent", "since", "until")
-
-
-class BulkRerun(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    filter: dict[str, str] = Field(default_factory=dict)
-    max: int = Field(default=DEFAULT_MAX, ge=1, le=MAX_MAX)
-    idempotency_key: str | None = Field(default=None, max_length=128)
 
 
 _COLUMNS = (

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from sqlalchemy.exc import SQLAlchemyError
 
 from noetl_cloud.control.catalog import CatalogService
-from noetl_cloud.control.spool_events import SpoolEventIn, SpoolEventService
+from noetl_cloud.control.event_models import SpoolEventIn
+from noetl_cloud.control.spool_events import SpoolEventService
 from noetl_cloud.envelope import EventFactory
 from noetl_cloud.errors import NotFound, Unavailable
 from noetl_cloud.eventlog.postgres import PostgresEventStore

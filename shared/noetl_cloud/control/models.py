@@ -1,4 +1,10 @@
-"""Request and result shapes of the control-plane API."""
+"""Request and result shapes of the control-plane API.
+
+Shapes only: this module imports nothing of :mod:`noetl_cloud.web` nor of the role apps, so the routes
+(:mod:`~noetl_cloud.control.app`, :mod:`~noetl_cloud.control.bulk_reruns`, ...) and the OpenAPI registry
+(:mod:`noetl_cloud.openapi.contracts`, which the app factory serves) both import them from here without
+a cycle. The event endpoints' shapes are in :mod:`~noetl_cloud.control.event_models`.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, mo
 SNOWFLAKE = r"^[0-9]{1,19}$"
 MAX_BATCH = 1000
 MAX_DEDUP_WINDOW_S = 7 * 24 * 3600
+#: ``max`` of a bulk re-run (``POST /api/executions/reruns``): its default and its bound.
+DEFAULT_MAX, MAX_MAX = 100, 1000
 
 
 class TraceIn(BaseModel):
@@ -81,3 +89,48 @@ class ItemResult(BaseModel):
 
     def public(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
+
+
+# -- subscriptions, executions and the ingress's audit (noetl_cloud.control.app) --------------------------
+
+
+class RegisterSubscription(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(min_length=1, max_length=512)
+
+
+class Transition(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    expected_version: int | None = Field(default=None, ge=1)
+
+
+class AuditPayload(BaseModel):
+    """What an ingress verdict may record: codes and counts, never a body, header or secret."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9_]+$")
+    status: int | None = Field(default=None, ge=100, le=599)
+    suppressed: int | None = Field(default=None, ge=0)
+    message_id: str | None = Field(default=None, max_length=512)
+    detail: str | None = Field(default=None, max_length=512)
+
+
+class Audit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    event_type: Literal["subscription.message.rejected", "subscription.message.dead_lettered"]
+    payload: AuditPayload
+
+
+class Cancel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str | None = Field(default=None, max_length=1024)
+
+
+# -- bulk re-run (noetl_cloud.control.bulk_reruns) -------------------------------------------------------
+
+
+class BulkRerun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    filter: dict[str, str] = Field(default_factory=dict)
+    max: int = Field(default=DEFAULT_MAX, ge=1, le=MAX_MAX)
+    idempotency_key: str | None = Field(default=None, max_length=128)

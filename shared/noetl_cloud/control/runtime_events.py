@@ -18,8 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from noetl_cloud.control.event_models import RuntimeEventIn, RuntimeEventsIn
 from noetl_cloud.control.lifecycle import SubscriptionService
 from noetl_cloud.envelope import EventFactory
 from noetl_cloud.errors import ValidationFailed
@@ -42,21 +43,6 @@ class RateLimitedPayload(BaseModel):
 
 #: The event types a runtime may write, each with the schema of its payload.
 PAYLOADS: dict[str, type[BaseModel]] = {"subscription.rate_limited": RateLimitedPayload}
-
-
-class RuntimeEventIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    event_type: str = Field(min_length=1, max_length=128)
-    payload: dict[str, Any]
-    idempotency_key: str = Field(min_length=1, max_length=400)
-    event_time: AwareDatetime
-
-
-class RuntimeEventsIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    events: list[RuntimeEventIn] = Field(min_length=1, max_length=100)
 
 
 class RuntimeEventService:

@@ -9,45 +9,15 @@ item's spool time). Payloads are metadata only: ids, sizes, digests, ``noetl://s
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from flask import Blueprint
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from noetl_cloud.control.event_models import SpoolEventIn, SpoolEventsIn
 from noetl_cloud.envelope import EventFactory
 from noetl_cloud.eventlog.port import append_each_once
 from noetl_cloud.eventlog.postgres import PostgresEventStore
 from noetl_cloud.web import json_body
-
-EventType = Literal[
-    "subscription.message.spooled",
-    "subscription.message.replayed",
-    "subscription.message.dead_lettered",
-    "subscription.message.dropped",
-    "subscription.message.resent",
-    "subscription.spool.draining",
-    "subscription.spool.recovered",
-    "subscription.spool.alert",
-    "subscription.circuit.opened",
-    "subscription.circuit.closed",
-]
-
-
-class SpoolEventIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    event_type: EventType
-    aggregate: Literal["subscription", "circuit"]
-    subject: str = Field(min_length=1, max_length=512)
-    payload: dict[str, Any] = Field(max_length=32)
-    idempotency_key: str = Field(min_length=1, max_length=512)
-    event_time: AwareDatetime
-
-
-class SpoolEventsIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    events: list[SpoolEventIn] = Field(min_length=1, max_length=500)
 
 
 class SpoolEventService:

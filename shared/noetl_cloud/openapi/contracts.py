@@ -8,17 +8,22 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from noetl_cloud.control import payload_previews as previews
-from noetl_cloud.control.app import Audit, Cancel, RegisterSubscription, Transition
-from noetl_cloud.control.bulk_reruns import MAX_MAX, BulkRerun
+from noetl_cloud.control.event_models import RuntimeEventsIn, SpoolEventsIn
 from noetl_cloud.control.execution_queries import MAX_WAIT_S
-from noetl_cloud.control.models import BatchRequest, ExecuteRequest
+from noetl_cloud.control.models import (
+    MAX_MAX,
+    Audit,
+    BatchRequest,
+    BulkRerun,
+    Cancel,
+    ExecuteRequest,
+    RegisterSubscription,
+    Transition,
+)
 from noetl_cloud.control.reports import WorkerRef, WorkerReport
-from noetl_cloud.control.runtime_events import RuntimeEventsIn
-from noetl_cloud.control.spool_events import SpoolEventsIn
 from noetl_cloud.frames.models import BatchCommitRequest, ClaimRequest, CommitRequest, HeartbeatRequest
 from noetl_cloud.openapi.generator import Operation, Query, RoleContract
-from noetl_cloud.spool import routes
-from noetl_cloud.spool.app import DrainRequest
+from noetl_cloud.spool import models as spool_models
 
 # -- models of answers and of bodies no route validates with a model of its own ---------------------------
 
@@ -299,11 +304,13 @@ SPOOL_DRAINER = RoleContract(
     operations={
         **_HEALTH,
         **_OPENAPI,
-        ("drain", "POST"): _op("Drain the spool of one or every subscription", body=DrainRequest, body_required=False),
+        ("drain", "POST"): _op(
+            "Drain the spool of one or every subscription", body=spool_models.DrainRequest, body_required=False
+        ),
         ("spool_subscriptions", "GET"): _op(
             "Spooling subscriptions: lanes (items, bytes, oldest item's age), dead letters, circuit",
             query=(Query("subscription", {"type": "string"}, description="only this subscription"),),
-            answers={200: routes.SpoolSubscriptions},
+            answers={200: spool_models.SpoolSubscriptions},
             errors=(404, 422),
         ),
         ("spool_dead_letters", "GET"): _op(
@@ -312,29 +319,32 @@ SPOOL_DRAINER = RoleContract(
                 Query("subscription", {"type": "string"}, required=True),
                 Query("lane", {"type": "string"}),
                 Query("reason", {"type": "string"}, description="the dead letter's dlq_reason, e.g. poison"),
-                Query("limit", {"type": "integer", "minimum": 1, "maximum": routes.MAX_PAGE}),
+                Query("limit", {"type": "integer", "minimum": 1, "maximum": spool_models.MAX_PAGE}),
                 Query("after", {"type": "string"}, description="the previous page's next"),
             ),
-            answers={200: routes.DeadLetterPage},
+            answers={200: spool_models.DeadLetterPage},
             errors=(404, 422),
         ),
         ("spool_resend", "POST"): _op(
             "Resend one dead letter to its lane (receive order kept), then drain",
-            body=routes.ResendOne,
-            answers={200: routes.Resent},
+            body=spool_models.ResendOne,
+            answers={200: spool_models.Resent},
             errors=(400, 404, 409, 422),
         ),
         ("spool_resend_all", "POST"): _op(
             "Resend every dead letter a filter matches, as one operation (poll its record)",
-            body=routes.ResendAll,
-            answers={202: routes.ResendOperation},
+            body=spool_models.ResendAll,
+            answers={202: spool_models.ResendOperation},
             errors=(404, 422),
         ),
         ("spool_resend_operation", "GET"): _op(
-            "A resend operation's progress", answers={200: routes.ResendOperation}, errors=(404,)
+            "A resend operation's progress", answers={200: spool_models.ResendOperation}, errors=(404,)
         ),
         ("spool_drain_now", "POST"): _op(
-            "Drain one subscription now", body=routes.DrainOne, answers={200: routes.DrainResults}, errors=(422,)
+            "Drain one subscription now",
+            body=spool_models.DrainOne,
+            answers={200: spool_models.DrainResults},
+            errors=(422,),
         ),
     },
 )

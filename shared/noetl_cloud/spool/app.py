@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from flask import Flask
-from pydantic import BaseModel, ConfigDict, Field
 
 from noetl_cloud.auth.internal import InternalAuth, install
 from noetl_cloud.observability import configure_logging
@@ -22,13 +21,8 @@ from noetl_cloud.settings import Settings
 from noetl_cloud.spool import routes
 from noetl_cloud.spool.bootstrap import DrainService, drain_service
 from noetl_cloud.spool.manage import SpoolManager
+from noetl_cloud.spool.models import DrainRequest
 from noetl_cloud.web import create_app, json_body
-
-
-class DrainRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    subscription: str | None = Field(default=None, min_length=1, max_length=512)
-    resume: bool = False
 
 
 def build_app(
