@@ -162,10 +162,12 @@ class ExecutionService(StartDedup):
                 self._write(conn, batch, plans, rows)
             used = [e for e in guarded if any(p.entry is e for p in plans)]
             guard, params = CatalogCache.guard(used, *self.tenant)
+            claimed_at = utc_now()
             if folded and plans:
-                guard, params = self._claim_in(batch, plans[0], guard, params)
+                self._claim_in(batch, plans[0], guard, params, claimed_at)
+                guard, params = "TRUE", {}
             if not run_batch(conn, batch, guard=guard, params=params):
-                if not (folded and plans and self._held_elsewhere(conn, plans[0], results)):
+                if not (folded and plans and self._held_elsewhere(conn, plans[0], results, claimed_at)):
                     raise _StaleCatalog({e.path for e in used})
                 plans = []
         for plan in plans:

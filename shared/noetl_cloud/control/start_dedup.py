@@ -52,7 +52,7 @@ _CLAIM_IN_STATEMENT = (
 _HELD = text(
     "SELECT d.execution_id, e.execution_pool FROM subscription_dedup d "
     "LEFT JOIN execution e ON e.execution_id = d.execution_id "
-    "WHERE d.scope = :scope AND d.dedup_key = :key AND d.execution_id <> :eid AND d.expires_at > now()"
+    "WHERE d.scope = :scope AND d.dedup_key = :key AND d.execution_id <> :eid AND d.expires_at > :now"
 )
 _REPOINT = text("UPDATE subscription_dedup SET execution_id = :eid WHERE scope = :scope AND dedup_key = :key")
 
@@ -123,28 +123,25 @@ class StartDedup:
         return keep
 
     @staticmethod
-    def _claim_in(
-        batch: InsertBatch, plan: StartPlan, guard: str, params: dict[str, Any]
-    ) -> tuple[str, dict[str, Any]]:
-        """Make the lone delivery key of ``plan`` the precondition of its write statement, behind the statement's
-        catalog ``guard``: nothing is written unless the guard holds and the key is claimed. Answers the
-        guard the statement then needs (the claim carries it)."""
+    def _claim_in(batch: InsertBatch, plan: StartPlan, guard: str, params: dict[str, Any], now: datetime) -> None:
+        """Make the lone delivery key of ``plan`` the precondition of its write statement, behind the
+        statement's catalog ``guard`` (which the claim carries, so the statement itself needs none):
+        nothing is written unless the guard holds and the key is claimed at ``now``."""
         (key,) = plan.keys
-        now = utc_now()
         claim = {"scope": key.scope, "key": key.key.key, "eid": plan.execution_id, "now": now}
         batch.precondition(
             _CLAIM_IN_STATEMENT.format(guard=guard),
             {**params, **claim, "expires": now + timedelta(seconds=key.key.window_secs)},
         )
-        return "TRUE", {}
 
     @staticmethod
-    def _held_elsewhere(conn: Connection, plan: StartPlan, results: list[ItemResult | None]) -> bool:
-        """After a lone start's statement wrote nothing: whether its delivery key is held (the start is
-        then a duplicate of the holder, answered in ``results``, and records nothing); false means the
-        catalog guard failed."""
+    def _held_elsewhere(conn: Connection, plan: StartPlan, results: list[ItemResult | None], now: datetime) -> bool:
+        """After a lone start's statement, claiming at ``now``, wrote nothing: whether its delivery key
+        was held then (the start is a duplicate of the holder, answered in ``results``, and records
+        nothing); false means the catalog guard failed."""
         (key,) = plan.keys
-        held = conn.execute(_HELD, {"scope": key.scope, "key": key.key.key, "eid": plan.execution_id}).first()
+        params = {"scope": key.scope, "key": key.key.key, "eid": plan.execution_id, "now": now}
+        held = conn.execute(_HELD, params).first()
         if held is None:
             return False
         pool = held.execution_pool
