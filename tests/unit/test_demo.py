@@ -138,7 +138,7 @@ def _summary(**changes: Any) -> dict[str, Any]:
 
 
 def test_a_run_that_checked_out_has_no_problems_and_its_table_says_so() -> None:
-    from noetl_cloud.demo.run import problems_of, table
+    from noetl_cloud.demo.report import problems_of, table
 
     summary = _summary()
     assert problems_of(summary) == []
@@ -190,7 +190,7 @@ def test_a_run_that_checked_out_has_no_problems_and_its_table_says_so() -> None:
     ],
 )
 def test_each_part_that_did_not_check_out_is_named(changes: dict[str, Any], named: str) -> None:
-    from noetl_cloud.demo.run import problems_of
+    from noetl_cloud.demo.report import problems_of
 
     problems = problems_of(_summary(**changes))
     assert len(problems) == 1 and problems[0].startswith(named)

@@ -16,7 +16,7 @@ from noetl_cloud.auth.internal import InternalAuth
 from noetl_cloud.cli import build_parser
 from noetl_cloud.control.app import build_app
 from noetl_cloud.control.bootstrap import ControlPlane
-from noetl_cloud.demo.run import inspect_commands
+from noetl_cloud.demo.report import inspect_commands
 from noetl_cloud.replay.api import blueprint
 from noetl_cloud.replay.service import Cutoff
 from noetl_cloud.settings import Settings

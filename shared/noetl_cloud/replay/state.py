@@ -10,10 +10,11 @@ with the same code, so equal checksums mean equal state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from noetl_cloud.envelope import checksum
+from noetl_cloud.replay.upcasters import Event
 
 SURFACES = ("execution", "stages", "frames", "commands", "loops", "business_objects")
 #: The projection row kind that keeps the payload-reference lineage next to the surfaces.
@@ -96,6 +97,11 @@ class ReplayState:
 
     def checksum(self, surfaces: Iterable[str] = SURFACES) -> str:
         return overall_checksum(self.surface_checksums(surfaces))
+
+
+#: A reducer folds one event (upcast already) into the state and reads nothing else
+#: (:mod:`noetl_cloud.replay.reducers` holds them by event type).
+Reducer = Callable[[ReplayState, Event], None]
 
 
 def surface_checksum(rows: list[Row]) -> str:
