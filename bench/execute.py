@@ -30,7 +30,7 @@ import urllib3
 
 from noetl_cloud.db.engine import create_db_engine
 from noetl_cloud.db.migrate import upgrade
-from noetl_cloud.local.components import pg_bindir
+from noetl_cloud.local.postgres import pg_bindir
 from noetl_cloud.local.process import gunicorn_argv, http_ok, stop_group, wait_until
 from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.messaging.pubsub import PubSubPublisher

@@ -51,7 +51,8 @@ from sqlalchemy.engine import make_url
 
 import execute  # bench/execute.py: a fresh, migrated database
 from noetl_cloud.db.engine import normalize_url
-from noetl_cloud.local.components import PROJECT_ID, StackError, pg_bindir
+from noetl_cloud.local.components import PROJECT_ID, StackError
+from noetl_cloud.local.postgres import pg_bindir
 from noetl_cloud.local.process import gunicorn_argv, http_ok, stop_group, wait_until
 from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.messaging.pubsub import PubSubPublisher

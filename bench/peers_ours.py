@@ -28,7 +28,7 @@ from google.api_core.exceptions import GoogleAPICallError
 from distributed import PLAYBOOK as CHAIN  # the 3-step noop chain of bench/distributed.py
 from ingress import PLAYBOOK as NOOP  # bench/ingress.py's noop playbook and its HMAC listener
 from ingress import SUBSCRIPTION as LISTENER
-from noetl_cloud.local import components
+from noetl_cloud.local import emulators
 from noetl_cloud.local.process import gunicorn_argv, port_open, stop_group, wait_until
 from peers_common import (
     HOST,
@@ -354,7 +354,7 @@ def private_emulator(log_dir: Path, port: int) -> int:
     its CPU is then ours alone, whatever else publishes to the stack's emulator meanwhile. Its pgid."""
     if port_open(port):
         raise SystemExit(f"port {port} is taken: the benchmark's Pub/Sub emulator cannot start")
-    emulator = components.pubsub(log_dir / "pubsub-state", port)
+    emulator = emulators.pubsub(log_dir / "pubsub-state", port)
     pgid = emulator.start()
     if not wait_until(emulator.healthy, timeout=60):
         stop_group(pgid)

@@ -25,7 +25,7 @@ from tests import parallel
 from tests.parallel import pytest_testnodedown, pytest_xdist_make_scheduler  # noqa: F401 - xdist's hooks
 
 if TYPE_CHECKING:
-    from noetl_cloud.local.components import KafkaBroker
+    from noetl_cloud.local.kafka_broker import KafkaBroker
     from noetl_cloud.local.stack import LocalStack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,7 +109,7 @@ def _stack() -> LocalStack:
 
 
 def _kafka() -> KafkaBroker:
-    from noetl_cloud.local.components import KafkaBroker
+    from noetl_cloud.local.kafka_broker import KafkaBroker
     from noetl_cloud.local.stack import DEFAULT_PORT_BASE, default_state_dir
 
     base = int(os.environ.get("NOETL_LOCAL_PORT_BASE") or DEFAULT_PORT_BASE)

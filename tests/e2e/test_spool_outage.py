@@ -364,7 +364,7 @@ def test_without_traffic_the_stacks_scheduler_drains_the_backlog_within_10_s(
 ) -> None:
     """Nothing arrives after the outage: the local stack's scheduler component, at its own cadence,
     calls the drainer, whose probe closes the circuit; the next delivery goes straight through."""
-    from noetl_cloud.local.components import scheduler
+    from noetl_cloud.local.roles import scheduler
 
     stack = outage_stack(100.0, probe_ms=PROBE_MS, drainer=True)
     port = free_port()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from noetl_cloud.local.components import KafkaBroker
+from noetl_cloud.local.kafka_broker import KafkaBroker
 from noetl_cloud.local.stack import DEFAULT_PORT_BASE, default_state_dir
 from tests import parallel
 

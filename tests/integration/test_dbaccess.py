@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.dbaccess import admin_statements, grant, owner_statements
 from noetl_cloud.errors import ConfigError
-from noetl_cloud.local.components import Postgres
+from noetl_cloud.local.postgres import Postgres
 from noetl_cloud.settings import Settings
 
 pytestmark = pytest.mark.integration

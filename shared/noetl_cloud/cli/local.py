@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from noetl_cloud.cli.output import say
 
 if TYPE_CHECKING:
-    from noetl_cloud.local.components import KafkaBroker
+    from noetl_cloud.local.kafka_broker import KafkaBroker
     from noetl_cloud.local.stack import ComponentStatus, LocalStack
 
 
@@ -36,7 +36,7 @@ OPTIONAL = ("kafka",)
 
 
 def run(args: argparse.Namespace) -> int:
-    from noetl_cloud.local.components import KafkaBroker
+    from noetl_cloud.local.kafka_broker import KafkaBroker
     from noetl_cloud.local.stack import LocalStack, export_lines
 
     stack = LocalStack.from_env(os.environ)

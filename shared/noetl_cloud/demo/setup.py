@@ -156,7 +156,7 @@ def ensure_database(database_url: str, wallet: Path) -> str:
     import pg8000.dbapi
     from sqlalchemy.engine import make_url
 
-    from noetl_cloud.local.components import create_database
+    from noetl_cloud.local.postgres import create_database
 
     url = make_url(database_url)
     create_database(

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noetl_cloud.local import components, process, tokens
+from noetl_cloud.local import emulators, process, tokens
 from noetl_cloud.local.components import PROJECT_ID, Component, Ports, StackError
+from noetl_cloud.local.postgres import Postgres
+from noetl_cloud.local.roles import role, runtime, scheduler
 
 DEFAULT_PORT_BASE = 15430
 STATUS_GRACE_S = 6.0  # how long `local status` retries the health check of a running component
@@ -133,11 +135,11 @@ class LocalStack:
 
     def components(self) -> dict[str, Component]:
         factories: dict[str, Callable[[], Component]] = {
-            "postgres": lambda: components.Postgres(self.state_dir, self.ports.postgres).component(),
-            "pubsub": lambda: components.pubsub(self.state_dir, self.ports.pubsub),
-            "firestore": lambda: components.firestore(self.state_dir, self.ports.firestore),
-            "gcs": lambda: components.gcs(self.state_dir, self.ports.gcs),
-            "s3": lambda: components.s3(self.state_dir, self.ports.s3),
+            "postgres": lambda: Postgres(self.state_dir, self.ports.postgres).component(),
+            "pubsub": lambda: emulators.pubsub(self.state_dir, self.ports.pubsub),
+            "firestore": lambda: emulators.firestore(self.state_dir, self.ports.firestore),
+            "gcs": lambda: emulators.gcs(self.state_dir, self.ports.gcs),
+            "s3": lambda: emulators.s3(self.state_dir, self.ports.s3),
         }
         return {name: factories[name]() for name in ORDER}
 
@@ -158,9 +160,9 @@ class LocalStack:
                 from noetl_cloud.demo.setup import RUNTIME_SUBSCRIPTION
 
                 runtime_env = {**role_env, "NOETL_SUBSCRIPTION_PATH": RUNTIME_SUBSCRIPTION} if env else role_env
-                out[r] = components.runtime(self.state_dir, port, self.root, runtime_env)
+                out[r] = runtime(self.state_dir, port, self.root, runtime_env)
             else:
-                out[r] = components.role(self.state_dir, port, r, self.root, role_env, workers=ROLE_WORKERS.get(r, 2))
+                out[r] = role(self.state_dir, port, r, self.root, role_env, workers=ROLE_WORKERS.get(r, 2))
         return out
 
     def scheduler_component(self, env: dict[str, str], keys: Mapping[str, str] | None = None) -> Component:
@@ -170,7 +172,7 @@ class LocalStack:
 
         urls = {job.role: f"http://127.0.0.1:{self.port_base + ROLE_PORTS[job.role]}" for job in JOBS}
         scheduler_env = tokens.role_env(SCHEDULER, env, keys) if keys is not None else env
-        return components.scheduler(self.state_dir, self.port_base + SCHEDULER_PORT, urls, scheduler_env)
+        return scheduler(self.state_dir, self.port_base + SCHEDULER_PORT, urls, scheduler_env)
 
     # -- state file ---------------------------------------------------------------------------
 
@@ -422,7 +424,7 @@ class LocalStack:
             del recorded[name]
             self._save(state)
         if purge:
-            data_dir = components.Postgres(self.state_dir, self.ports.postgres).data_dir
+            data_dir = Postgres(self.state_dir, self.ports.postgres).data_dir
             shutil.rmtree(data_dir.parent, ignore_errors=True)
             shutil.rmtree(self.state_dir, ignore_errors=True)
             echo(f"removed {self.state_dir}")
