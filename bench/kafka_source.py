@@ -32,7 +32,7 @@ import confluent_kafka  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from noetl_cloud.local.kafka_broker import KafkaBroker  # noqa: E402
-from noetl_cloud.local.stack import DEFAULT_PORT_BASE, default_state_dir  # noqa: E402
+from noetl_cloud.local.layout import DEFAULT_PORT_BASE, default_state_dir  # noqa: E402
 from noetl_cloud.runtime.kafka import KafkaSource  # noqa: E402
 from noetl_cloud.runtime.port import Received  # noqa: E402
 

@@ -110,7 +110,7 @@ def _stack() -> LocalStack:
 
 def _kafka() -> KafkaBroker:
     from noetl_cloud.local.kafka_broker import KafkaBroker
-    from noetl_cloud.local.stack import DEFAULT_PORT_BASE, default_state_dir
+    from noetl_cloud.local.layout import DEFAULT_PORT_BASE, default_state_dir
 
     base = int(os.environ.get("NOETL_LOCAL_PORT_BASE") or DEFAULT_PORT_BASE)
     return KafkaBroker(default_state_dir(os.environ, ROOT), base)

@@ -36,8 +36,9 @@ from sqlalchemy import Engine, create_engine, text
 
 from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.local.components import PROJECT_ID
+from noetl_cloud.local.layout import ROLE_PORTS
 from noetl_cloud.local.process import stop_group, wait_until
-from noetl_cloud.local.stack import ROLE_PORTS, ROLE_WORKERS, LocalStack
+from noetl_cloud.local.stack import ROLE_WORKERS, LocalStack
 from noetl_cloud.web.client import ApiClient, static_token
 from tests.e2e.faults_frames import frames_playbook
 from tests.e2e.roles import ROOT, start, start_runtime

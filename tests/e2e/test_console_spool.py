@@ -18,7 +18,7 @@ from playwright.sync_api import Page, expect
 from sqlalchemy import create_engine, text
 
 from noetl_cloud.db.engine import normalize_url
-from noetl_cloud.local.stack import SPOOL_BUCKET
+from noetl_cloud.local.provision import SPOOL_BUCKET
 from noetl_cloud.spool.engine import payload_bytes
 from noetl_cloud.spool.gcs import GcsSpool
 from noetl_cloud.spool.item import SpoolItem

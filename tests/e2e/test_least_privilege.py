@@ -20,7 +20,8 @@ import requests
 
 from noetl_cloud.demo.setup import LISTENERS
 from noetl_cloud.local import tokens
-from noetl_cloud.local.stack import ROLE_PORTS, LocalStack
+from noetl_cloud.local.layout import ROLE_PORTS
+from noetl_cloud.local.stack import LocalStack
 from tests.integration.control_fixtures import playbook
 
 ROOT = Path(__file__).resolve().parents[2]

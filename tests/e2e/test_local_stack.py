@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from noetl_cloud.local.layout import ROLE_PORTS
 from noetl_cloud.local.process import cmdline, port_open
-from noetl_cloud.local.stack import ROLE_PORTS
 
 PORT_BASE = "16430"
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,7 +30,8 @@ from schemathesis import GenerationMode
 from noetl_cloud.auth.roles import OPERATOR, policy_for
 from noetl_cloud.demo.setup import LISTENERS
 from noetl_cloud.local import tokens
-from noetl_cloud.local.stack import ROLE_PORTS, LocalStack
+from noetl_cloud.local.layout import ROLE_PORTS
+from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.openapi.roles import ROLES
 from tests.e2e.fuzz_report import RoleRun, runs
 

@@ -17,8 +17,9 @@ import pytest
 import urllib3
 from standardwebhooks.webhooks import Webhook
 
+from noetl_cloud.local.layout import ROLE_PORTS
 from noetl_cloud.local.process import wait_until
-from noetl_cloud.local.stack import ROLE_PORTS, LocalStack
+from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.web.client import ApiClient
 from tests.e2e.telemetry_files import metric_total, trace_spans
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from noetl_cloud.local.kafka_broker import KafkaBroker
-from noetl_cloud.local.stack import DEFAULT_PORT_BASE, default_state_dir
+from noetl_cloud.local.layout import DEFAULT_PORT_BASE, default_state_dir
 from tests import parallel
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from noetl_cloud.cli import main
-from noetl_cloud.local.stack import ORDER, ROLE_PORTS, SCHEDULER, LocalStack, default_state_dir, project_root
+from noetl_cloud.local.layout import ORDER, ROLE_PORTS, SCHEDULER, default_state_dir, project_root
+from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.maintenance.schedule import JOBS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +87,7 @@ def test_the_default_status_lists_only_the_roles_the_folder_recorded(elsewhere: 
 def test_a_stack_up_without_roles_is_up_and_a_recorded_role_that_died_is_not(
     worker_recorded: bool, code: int, elsewhere: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from noetl_cloud.local.stack import ComponentStatus
+    from noetl_cloud.local.status import ComponentStatus
 
     def status(self: LocalStack, *, every_role: bool = False) -> list[ComponentStatus]:
         services = [ComponentStatus(n, 1, 10, True, True, 0.5, "service", True) for n in ORDER]

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from noetl_cloud.local import compose
-from noetl_cloud.local.components import Ports
-from noetl_cloud.local.stack import DEFAULT_PORT_BASE, ROLE_PORTS, RUNTIME, LocalStack
+from noetl_cloud.local import compose, provision
+from noetl_cloud.local.layout import DEFAULT_PORT_BASE, ROLE_PORTS, RUNTIME, Ports
+from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.local.tokens import ensure_tokens
 from noetl_cloud.settings import Settings
 
@@ -140,11 +140,11 @@ def test_the_emulator_pushes_to_the_worker_and_projector_services() -> None:
 
 def test_setup_creates_topics_pushes_bucket_and_demo_in_that_order(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, Any]] = []
-    monkeypatch.setattr(LocalStack, "_ensure_topics", lambda self, env: calls.append(("topics", self.pools)) or ["t"])
+    monkeypatch.setattr(provision, "ensure_topics", lambda env, pools: calls.append(("topics", pools)) or ["t"])
     monkeypatch.setattr(
-        LocalStack, "_ensure_push", staticmethod(lambda env, topic, sub, endpoint: calls.append(("push", (topic, sub))))
+        provision, "ensure_push", lambda env, topic, sub, endpoint: calls.append(("push", (topic, sub)))
     )
-    monkeypatch.setattr(LocalStack, "_ensure_spool_bucket", staticmethod(lambda env: calls.append(("bucket", None))))
+    monkeypatch.setattr(provision, "ensure_spool_bucket", lambda env: calls.append(("bucket", None)))
     import noetl_cloud.demo.setup as demo_setup
 
     monkeypatch.setattr(demo_setup, "prepare", lambda env, secrets: calls.append(("demo", str(secrets))) or "ready")

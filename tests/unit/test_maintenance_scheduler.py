@@ -100,7 +100,7 @@ def test_the_scheduler_calls_the_routes_with_the_bearer_token_at_its_cadence_and
 
 def test_status_carries_the_execute_roles_report_of_scheduled_subscriptions() -> None:
     from noetl_cloud.cli.local import subscription_lines
-    from noetl_cloud.local.stack import ComponentStatus
+    from noetl_cloud.local.status import ComponentStatus
 
     report = {
         "jobs": [

@@ -12,7 +12,8 @@ from noetl_cloud.cli.output import say
 
 if TYPE_CHECKING:
     from noetl_cloud.local.kafka_broker import KafkaBroker
-    from noetl_cloud.local.stack import ComponentStatus, LocalStack
+    from noetl_cloud.local.stack import LocalStack
+    from noetl_cloud.local.status import ComponentStatus
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _broker_row(broker: KafkaBroker) -> ComponentStatus:
-    from noetl_cloud.local.stack import ComponentStatus
+    from noetl_cloud.local.status import ComponentStatus
 
     pid, healthy = broker.status()
     return ComponentStatus(

@@ -39,7 +39,7 @@ def problems_of(summary: dict[str, Any]) -> list[str]:
 
 
 def port_of(role: str) -> int:
-    from noetl_cloud.local.stack import ROLE_PORTS
+    from noetl_cloud.local.layout import ROLE_PORTS
 
     return ROLE_PORTS[role]
 

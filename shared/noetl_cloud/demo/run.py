@@ -36,7 +36,8 @@ from noetl_cloud.demo.report import inspect_commands, table
 
 def main(env: Mapping[str, str], options: Options) -> int:
     """Run the demo against the local stack of ``env`` (``NOETL_LOCAL_*``); the exit status."""
-    from noetl_cloud.local.stack import DEMO_API_PORT, LocalStack
+    from noetl_cloud.local.layout import DEMO_API_PORT
+    from noetl_cloud.local.stack import LocalStack
 
     def say(line: str) -> None:
         print(line, file=sys.stderr if options.as_json else sys.stdout, flush=True)

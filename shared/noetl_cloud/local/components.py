@@ -3,7 +3,7 @@
 Each kind has its module: :mod:`noetl_cloud.local.postgres` (the database),
 :mod:`noetl_cloud.local.emulators` (Pub/Sub, Firestore, GCS, S3), :mod:`noetl_cloud.local.roles`
 (the roles and the maintenance scheduler) and :mod:`noetl_cloud.local.kafka_broker` (the optional
-Kafka broker).
+Kafka broker). The ports they listen on are :mod:`noetl_cloud.local.layout`'s.
 """
 
 from __future__ import annotations
@@ -17,19 +17,6 @@ PROJECT_ID = "noetl-local"
 
 class StackError(RuntimeError):
     """The local stack could not be brought up; the message says which component and why."""
-
-
-@dataclass(frozen=True)
-class Ports:
-    postgres: int
-    pubsub: int
-    firestore: int
-    gcs: int
-    s3: int
-
-    @classmethod
-    def from_base(cls, base: int) -> Ports:
-        return cls(postgres=base + 2, pubsub=base + 5, firestore=base + 6, gcs=base + 7, s3=base + 8)
 
 
 @dataclass

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from noetl_cloud.local.stack import LocalStack
+from noetl_cloud.local import provision
 from noetl_cloud.settings import Settings
 
 #: The compose services the emulator pushes to, and the port every role's container serves on.
@@ -44,13 +44,12 @@ def setup(env: Mapping[str, str]) -> list[str]:
     from noetl_cloud.demo.setup import prepare
 
     pools = Settings.from_env({k: v for k, v in env.items() if k == "NOETL_POOLS"}).pools
-    stack = LocalStack(Path(env["NOETL_SECRETS_DIR"]), pools=pools)
     plain = dict(env)
-    lines = [f"topics {', '.join(stack._ensure_topics(plain))}"]
+    lines = [f"topics {', '.join(provision.ensure_topics(plain, pools))}"]
     for subscription, (topic, endpoint) in push_subscriptions(env).items():
-        stack._ensure_push(plain, topic, subscription, endpoint)
+        provision.ensure_push(plain, topic, subscription, endpoint)
         lines.append(f"push {subscription} -> {endpoint.split('?')[0]}")
-    stack._ensure_spool_bucket(plain)
+    provision.ensure_spool_bucket(plain)
     lines.append(f"demo {prepare(env, Path(env['NOETL_SECRETS_DIR']))}")
     return lines
 

@@ -1,11 +1,9 @@
 """The local stack: ``noetl-cloud local up | down | status | env``.
 
-State lives in one folder (default ``local/.state`` of the checkout, found from the working directory
-or from where the package is installed, so the commands work from any folder; git-ignored;
-``NOETL_LOCAL_STATE_DIR`` moves it): ``stack.json`` records what this launcher started (pid,
-port, start-up time), ``env`` holds the connection environment (the operator's credentials, so it is
-readable by its owner only), ``tokens.json`` one token per purpose (:mod:`noetl_cloud.local.tokens`),
-``logs/`` each component's log.
+State lives in one folder (:mod:`noetl_cloud.local.layout` finds it): ``stack.json`` records what
+this launcher started (pid, port, start-up time), ``env`` holds the connection environment (the
+operator's credentials, so it is readable by its owner only), ``tokens.json`` one token per purpose
+(:mod:`noetl_cloud.local.tokens`), ``logs/`` each component's log.
 
 ``up`` is idempotent: a component whose recorded process still runs and answers is reused; a
 port that answers but was not started by this state folder is an error, never silently shared.
@@ -18,85 +16,33 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noetl_cloud.local import emulators, process, tokens
-from noetl_cloud.local.components import PROJECT_ID, Component, Ports, StackError
+from noetl_cloud.local import emulators, process, provision, tokens
+from noetl_cloud.local.components import PROJECT_ID, Component, StackError
+from noetl_cloud.local.layout import (
+    DEFAULT_PORT_BASE,
+    DEMO_API_PORT,
+    ORDER,
+    ROLE_PORTS,
+    RUNTIME,
+    SCHEDULER,
+    SCHEDULER_PORT,
+    Ports,
+    default_state_dir,
+    project_root,
+)
 from noetl_cloud.local.postgres import Postgres
 from noetl_cloud.local.roles import role, runtime, scheduler
+from noetl_cloud.local.status import ComponentStatus, scheduler_report
 
-DEFAULT_PORT_BASE = 15430
 STATUS_GRACE_S = 6.0  # how long `local status` retries the health check of a running component
-ORDER = ("postgres", "pubsub", "firestore", "gcs", "s3")
-ROLE_PORTS = {
-    "execute": 10,
-    "ingress": 11,
-    "worker": 12,
-    "projector": 13,
-    "frames": 14,
-    "spool_drainer": 15,
-    "subscription_runtime": 16,
-}
-#: The demo's fixture API (``noetl-cloud demo``) listens on this offset: the one loopback port the local
-#: worker's http tasks are allowed to reach (NOETL_HTTP_TOOL_ALLOW; loopback is refused by default).
-DEMO_API_PORT = 20
-#: The maintenance scheduler (noetl_cloud.maintenance.scheduler): started after the roles, stopped first.
-SCHEDULER = "scheduler"
-SCHEDULER_PORT = 17
 START_TIMEOUT_S = 90.0
-RUNTIME = "subscription_runtime"
 #: gunicorn processes per role (default 2). The ingress runs one, as its container does
 #: (functions/entrypoint.sh): its per-instance state - the listener configurations it keeps serving
 #: while the control plane is down, the spool's size view - is then one instance's, as deployed.
 ROLE_WORKERS = {"ingress": 1}
-#: The stack's own spool (fake-gcs-server), for every subscription that spools.
-SPOOL_BUCKET = "noetl-local-spool"
-
-
-def _is_checkout(folder: Path) -> bool:
-    return (folder / "functions").is_dir() and (folder / "local").is_dir()
-
-
-def project_root(start: Path | None = None) -> Path:
-    """The checkout the stack belongs to: the nearest folder at or above ``start`` (default: the working
-    directory) that holds ``functions/`` and ``local/``; else the checkout this package is installed
-    from (an editable install); else ``start`` itself."""
-    here = (start or Path.cwd()).absolute()
-    for folder in (here, *here.parents):
-        if _is_checkout(folder):
-            return folder
-    installed = Path(__file__).resolve().parents[3]  # <checkout>/shared/noetl_cloud/local/stack.py
-    return installed if _is_checkout(installed) else here
-
-
-def default_state_dir(env: Mapping[str, str], start: Path | None = None) -> Path:
-    """``NOETL_LOCAL_STATE_DIR``, else ``local/.state`` of :func:`project_root`."""
-    if env.get("NOETL_LOCAL_STATE_DIR"):
-        return Path(env["NOETL_LOCAL_STATE_DIR"]).absolute()
-    return project_root(start) / "local" / ".state"
-
-
-@dataclass
-class ComponentStatus:
-    name: str
-    port: int
-    pid: int | None
-    running: bool
-    healthy: bool
-    startup_seconds: float | None
-    #: ``service`` (PostgreSQL, an emulator) or ``role`` (a deployable, ``functions/<role>``).
-    kind: str = "service"
-    #: Whether the state folder records it as started (``up`` started it and no ``down`` stopped it yet).
-    recorded: bool = False
-    #: The scheduler's jobs as it reports them (``GET /status``), when it answers.
-    jobs: list[dict[str, Any]] | None = None
-    #: The scheduled subscriptions the scheduler's ``subscription-tick`` runs (the execute role's report).
-    subscriptions: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.__dict__.copy()
 
 
 class LocalStack:
@@ -203,20 +149,20 @@ class LocalStack:
         self._start(ORDER, comps, recorded, state, echo)
         env = self._env(comps)
         migrated = time.monotonic()
-        self._migrate(env)
+        provision.migrate(env)
         echo(f"{'migrations':<10} applied in {time.monotonic() - migrated:5.2f} s")
-        topics = self._ensure_topics(env)
+        topics = provision.ensure_topics(env, self.pools)
         echo(f"{'topics':<10} {', '.join(topics)}")
         if roles:
             keys = tokens.ensure_tokens(self.state_dir)
             env.update(self._role_env(env, keys))
-            self._ensure_spool_bucket(env)
+            provision.ensure_spool_bucket(env)
             role_comps = self.role_components(roles, env, keys)
             self._start(tuple(r for r in roles if r != RUNTIME), role_comps, recorded, state, echo)
             if "worker" in roles:
-                echo(f"{'push':<10} {self._ensure_worker_push(env)}")
+                echo(f"{'push':<10} {provision.ensure_worker_push(env, self.port_base + ROLE_PORTS['worker'])}")
             if "projector" in roles:
-                echo(f"{'push':<10} {self._ensure_projector_push(env)}")
+                echo(f"{'push':<10} {provision.ensure_projector_push(env, self.port_base + ROLE_PORTS['projector'])}")
             if "execute" in roles:
                 # The runtime reads its subscription from the catalog as it starts: register it first.
                 from noetl_cloud.demo.setup import prepare
@@ -291,7 +237,7 @@ class LocalStack:
             "NOETL_SECRETS_DIR": str(self.state_dir / "secrets"),
             # One spool for every subscription that spools (fake-gcs-server); the drainer lists it.
             "NOETL_SPOOL_BACKEND": "gcs",
-            "NOETL_SPOOL_BUCKET": SPOOL_BUCKET,
+            "NOETL_SPOOL_BUCKET": provision.SPOOL_BUCKET,
             # A recovered circuit, and an ingress spooling while the probe is due, ask the drainer to drain now.
             "NOETL_SPOOL_DRAINER_URL": f"http://127.0.0.1:{self.port_base + ROLE_PORTS['spool_drainer']}",
             # http tasks reach public addresses and, locally, the demo's API only (not the stack's services).
@@ -303,79 +249,6 @@ class LocalStack:
             "NOETL_METRICS_EXPORT_S": "5",
             "NOETL_TELEMETRY_DIR": str(self.state_dir / "telemetry"),
         }
-
-    def _ensure_worker_push(self, env: dict[str, str]) -> str:
-        """The push subscription of pool ``shared``'s command topic to the local worker."""
-        from noetl_cloud.settings import Settings
-
-        topic = Settings().command_topic("shared")
-        port = self.port_base + ROLE_PORTS["worker"]
-        self._ensure_push(
-            env, topic, f"{topic}-worker", f"http://127.0.0.1:{port}/?token={env['NOETL_WORKER_PUSH_TOKEN']}"
-        )
-        return f"{topic} → worker (port {port})"
-
-    def _ensure_projector_push(self, env: dict[str, str]) -> str:
-        """The push subscription of ``noetl-events`` to the local projector.
-
-        Unordered, unlike Terraform's: the emulator's ordered push holds a thread per ordering key
-        (an execution), and tens of thousands of executions (the runtime's soak, a benchmark) grew it
-        past 20,000 threads and the machine's load past 10,000. The projector does not need the order:
-        a delivery folds its execution up to the tip, so deliveries in any order converge."""
-        from noetl_cloud.settings import Settings
-
-        topic = Settings().events_topic
-        port = self.port_base + ROLE_PORTS["projector"]
-        endpoint = f"http://127.0.0.1:{port}/?token={env['NOETL_PROJECTOR_PUSH_TOKEN']}"
-        self._ensure_push(env, topic, f"{topic}-projector", endpoint)
-        return f"{topic} → projector (port {port})"
-
-    @staticmethod
-    def _ensure_push(env: dict[str, str], topic: str, subscription: str, endpoint: str) -> None:
-        """Create the emulator's (unordered) push subscription, or point an existing one at ``endpoint``;
-        one an earlier version created with message ordering is created again without."""
-        from google.api_core.exceptions import AlreadyExists
-        from google.cloud import pubsub_v1  # type: ignore[attr-defined]
-
-        from noetl_cloud.demo.setup import emulator
-
-        with emulator(env["PUBSUB_EMULATOR_HOST"]):
-            subscriber = pubsub_v1.SubscriberClient()
-            name = subscriber.subscription_path(PROJECT_ID, subscription)
-            request = {
-                "name": name,
-                "topic": f"projects/{PROJECT_ID}/topics/{topic}",
-                "push_config": {"push_endpoint": endpoint},
-                "ack_deadline_seconds": 60,
-            }
-            try:
-                try:
-                    subscriber.create_subscription(request=request)
-                except AlreadyExists:
-                    if subscriber.get_subscription(subscription=name).enable_message_ordering:
-                        subscriber.delete_subscription(subscription=name)
-                        subscriber.create_subscription(request=request)
-                    else:
-                        subscriber.modify_push_config(
-                            request={"subscription": name, "push_config": {"push_endpoint": endpoint}}
-                        )
-            finally:
-                subscriber.close()
-
-    @staticmethod
-    def _ensure_spool_bucket(env: dict[str, str]) -> None:
-        from google.api_core.exceptions import Conflict
-
-        from noetl_cloud.objectstore import gcs_client
-
-        client = gcs_client(env["STORAGE_EMULATOR_HOST"], PROJECT_ID)
-        try:
-            if client.lookup_bucket(SPOOL_BUCKET) is None:
-                client.create_bucket(SPOOL_BUCKET)
-        except Conflict:  # created meanwhile
-            pass
-        finally:
-            client.close()
 
     def start_scheduler(self, env: dict[str, str], echo: Callable[[str], None] = print) -> None:
         """Start the scheduler with ``env`` (the roles' token, ``NOETL_SCHEDULER_EVERY_S``) unless it runs;
@@ -458,24 +331,11 @@ class LocalStack:
                 )
             )
             if name == SCHEDULER and running:
-                report = self._scheduler_status(comp.port)
+                report = scheduler_report(comp.port)
                 jobs, subs = report.get("jobs"), report.get("subscriptions")
                 out[-1].jobs = jobs if isinstance(jobs, list) else None
                 out[-1].subscriptions = subs if isinstance(subs, dict) else None
         return out
-
-    @staticmethod
-    def _scheduler_status(port: int) -> dict[str, Any]:
-        """The running scheduler's report (``GET /status``); ``{}`` when it does not answer."""
-        import urllib.error
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=8) as response:
-                body = json.loads(response.read())
-        except (OSError, ValueError, urllib.error.URLError):
-            return {}
-        return body if isinstance(body, dict) else {}
 
     def env(self) -> dict[str, str]:
         """The connection environment written by the last ``up``."""
@@ -506,32 +366,10 @@ class LocalStack:
         body = "# written by `noetl-cloud local up`\n" + "".join(f"{k}={v}\n" for k, v in sorted(env.items()))
         tokens.write_private(self.env_file, body)  # the operator's credentials: owner only (0600)
 
-    @staticmethod
-    def _migrate(env: dict[str, str]) -> None:
-        from noetl_cloud.db.engine import create_db_engine
-        from noetl_cloud.db.migrate import upgrade
-        from noetl_cloud.settings import Settings
-
-        engine = create_db_engine(Settings(database_url=env["NOETL_DATABASE_URL"]), pool_size=1)
-        try:
-            upgrade(engine)
-        finally:
-            engine.dispose()
-
-    def _ensure_topics(self, env: dict[str, str]) -> list[str]:
-        """The Pub/Sub topics the roles publish to: one command topic per pool, and the events topic."""
-        from noetl_cloud.messaging.pubsub import PubSubPublisher
-        from noetl_cloud.settings import Settings
-
-        defaults = Settings()
-        topics = [defaults.command_topic(pool) for pool in self.pools] + [defaults.events_topic]
-        PubSubPublisher(PROJECT_ID, emulator_host=env["PUBSUB_EMULATOR_HOST"]).ensure_topics(topics)
-        return topics
-
 
 def export_lines(env: Mapping[str, str]) -> str:
     """``export K='V'`` lines for ``eval "$(noetl-cloud local env)"``."""
     return "".join(f"export {k}='{v}'\n" for k, v in sorted(env.items()))
 
 
-__all__ = ["LocalStack", "StackError", "default_state_dir", "export_lines", "project_root"]
+__all__ = ["LocalStack", "StackError", "export_lines"]

@@ -170,7 +170,8 @@ def test_a_redirect_to_a_refused_address_is_not_followed() -> None:
 
 
 def test_the_local_stack_allows_the_demo_api_port_and_what_its_launcher_adds(tmp_path: Any) -> None:
-    from noetl_cloud.local.stack import DEMO_API_PORT, LocalStack
+    from noetl_cloud.local.layout import DEMO_API_PORT
+    from noetl_cloud.local.stack import LocalStack
     from noetl_cloud.local.tokens import ensure_tokens
 
     env = {"NOETL_LOCAL_PORT_BASE": "29430", "NOETL_LOCAL_STATE_DIR": str(tmp_path)}
