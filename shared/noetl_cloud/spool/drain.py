@@ -40,11 +40,12 @@ from noetl_cloud.spool import events as ev
 from noetl_cloud.spool.downstreams import probe_verdict, take_probes
 from noetl_cloud.spool.drain_lanes import SETTLE_EVERY, LaneLeases, load_lane, settle
 from noetl_cloud.spool.drain_report import DrainReport
-from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
+from noetl_cloud.spool.engine import SpoolEngine
 from noetl_cloud.spool.item import SpoolItem, SpoolItemNotFound, SpoolRef, SpoolVersionConflict
 from noetl_cloud.spool.policy import POISON, RETENTION_EXPIRED, drain_order, expired, is_poison
 from noetl_cloud.spool.port import SpoolBackend
 from noetl_cloud.spool.replayer import Replayer, with_probe
+from noetl_cloud.spool.target import SpoolTarget
 
 log = logging.getLogger(__name__)
 #: The log line of each item the drainer dead-letters (an alert policy of infra/modules/monitoring matches it).

@@ -20,9 +20,10 @@ from typing import Any, Protocol
 
 from noetl_cloud.spool.drain import Drainer
 from noetl_cloud.spool.drain_report import DrainReport
-from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
+from noetl_cloud.spool.engine import SpoolEngine
 from noetl_cloud.spool.item import SpoolItem
 from noetl_cloud.spool.replayer import ReplayResult, replay_request
+from noetl_cloud.spool.target import SpoolTarget
 
 log = logging.getLogger(__name__)
 
