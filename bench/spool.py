@@ -34,11 +34,13 @@ from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.kv.memory import InMemoryKeyValueStore
 from noetl_cloud.local.stack import LocalStack
 from noetl_cloud.spool.backends import FixedBackend
-from noetl_cloud.spool.drain import Drainer, ReplayResult
-from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
+from noetl_cloud.spool.drain import Drainer
+from noetl_cloud.spool.engine import SpoolEngine
 from noetl_cloud.spool.events import EventJournal, MemoryEventSink
 from noetl_cloud.spool.gcs import GcsSpool
 from noetl_cloud.spool.item import SpoolItem
+from noetl_cloud.spool.replayer import ReplayResult
+from noetl_cloud.spool.target import SpoolTarget
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "noetl-local"

@@ -18,11 +18,12 @@ from noetl_cloud.spool.app import build_app
 from noetl_cloud.spool.backends import FixedBackend
 from noetl_cloud.spool.bootstrap import DrainService
 from noetl_cloud.spool.drain import Drainer
-from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget, payload_bytes
+from noetl_cloud.spool.engine import SpoolEngine, payload_bytes
 from noetl_cloud.spool.events import EventJournal, MemoryEventSink
 from noetl_cloud.spool.item import SpoolItem
 from noetl_cloud.spool.manage import SpoolManager
 from noetl_cloud.spool.port import SpoolBackend
+from noetl_cloud.spool.target import SpoolTarget
 from tests.unit.spool_support import Control
 
 TOKEN = "spool-manage-token-0123456789"

@@ -24,9 +24,10 @@ from noetl_cloud.kv.firestore import FirestoreKeyValueStore
 from noetl_cloud.spool import events as ev
 from noetl_cloud.spool.backends import FixedBackend
 from noetl_cloud.spool.drain import Drainer
-from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget, payload_bytes
+from noetl_cloud.spool.engine import SpoolEngine, payload_bytes
 from noetl_cloud.spool.events import ApiEventSink, EventJournal, MemoryEventSink
 from noetl_cloud.spool.gcs import GcsSpool
+from noetl_cloud.spool.target import SpoolTarget
 from noetl_cloud.web.client import ApiResponse
 from tests.contracts.kv import FakeClock
 from tests.unit.spool_support import Control

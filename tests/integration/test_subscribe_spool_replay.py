@@ -24,9 +24,10 @@ from noetl_cloud.envelope import utc_now
 from noetl_cloud.kv.file import FileKeyValueStore
 from noetl_cloud.spool.backends import FixedBackend
 from noetl_cloud.spool.circuit import CircuitState
-from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget, payload_bytes
+from noetl_cloud.spool.engine import SpoolEngine, payload_bytes
 from noetl_cloud.spool.events import EventJournal, MemoryEventSink
 from noetl_cloud.spool.local_disk import LocalDiskSpool
+from noetl_cloud.spool.target import SpoolTarget
 from tests.integration.control_fixtures import PROJECT
 
 PLAYBOOK = """\

@@ -10,11 +10,13 @@ from typing import Any
 
 from noetl_cloud.kv.memory import InMemoryKeyValueStore
 from noetl_cloud.spool.backends import FixedBackend
-from noetl_cloud.spool.drain import Drainer, ReplayResult, replay_request
-from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget, payload_bytes
+from noetl_cloud.spool.drain import Drainer
+from noetl_cloud.spool.engine import SpoolEngine, payload_bytes
 from noetl_cloud.spool.events import EventJournal, MemoryEventSink
 from noetl_cloud.spool.item import SpoolItem
 from noetl_cloud.spool.memory import InMemorySpool
+from noetl_cloud.spool.replayer import ReplayResult, replay_request
+from noetl_cloud.spool.target import SpoolTarget
 
 SUB = "subscriptions/devices"
 DOWNSTREAM = "execute:http://control"

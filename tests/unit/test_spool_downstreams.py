@@ -24,8 +24,8 @@ from noetl_cloud.spool.downstreams import (
     tool_failures,
     verdicts,
 )
-from noetl_cloud.spool.engine import SpoolTarget
 from noetl_cloud.spool.replayer import replay_request
+from noetl_cloud.spool.target import SpoolTarget
 from noetl_cloud.tools.http import HttpTool, target_of
 from tests.unit.spec_support import problem_at, rejection
 from tests.unit.spool_support import DOWNSTREAM, SUB, World, world

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from noetl_cloud.spool import events as ev
-from noetl_cloud.spool.drain import DEAD_LETTERED_LOG, lease_name, replay_request
+from noetl_cloud.spool.drain import DEAD_LETTERED_LOG
+from noetl_cloud.spool.drain_lanes import lease_name
 from noetl_cloud.spool.policy import GLOBAL_LANE
+from noetl_cloud.spool.replayer import replay_request
 from tests.unit.spool_support import SUB, World, world
 
 

@@ -12,10 +12,11 @@ from typing import Any
 
 from noetl_cloud.kv.file import FileKeyValueStore
 from noetl_cloud.spool.backends import FixedBackend
-from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget, payload_bytes
+from noetl_cloud.spool.engine import SpoolEngine, payload_bytes
 from noetl_cloud.spool.events import EventJournal, MemoryEventSink
 from noetl_cloud.spool.local_disk import LocalDiskSpool
 from noetl_cloud.spool.local_mode import DispatchReplayer, LocalDrainLoop
+from noetl_cloud.spool.target import SpoolTarget
 from tests.unit.spool_support import Clock
 
 SUB = "subscriptions/local"

@@ -4,7 +4,8 @@ For each frame leased to it the slot:
 
 1. heartbeats at once (``CLAIMED → RUNNING``: ``frame.started``), then from a thread every
    ``heartbeat_seconds`` (at most a third of the lease) until the frame is committed; a heartbeat answered
-   409/404 means the lease is gone, and the frame is dropped before its next task attempt, uncommitted;
+   409/404 means the lease is gone, and the frame is dropped before its next task attempt, uncommitted
+   (:mod:`~noetl_cloud.frames.heartbeat`);
 2. claims the frame's rows with the cursor driver: the ``postgres`` tool runs ``loop.cursor.claim`` (its
    ``{{ __frame_max_rows }}``, ``{{ __frame_id }}``, ``{{ __frame_index }}``, ``{{ __frame_attempt }}``
    rendered; ``params`` rendered with the step's scope and bound). A claim SQL that tags the rows it takes
@@ -12,16 +13,17 @@ For each frame leased to it the slot:
    the same rows again;
 3. runs the step's pipeline once per row (``process: row``: ``iter.<iterator>`` is the row, ``iter.index``
    its place in the frame) or once per frame (``process: frame``: ``frame.rows``, ``frame.row_count``,
-   ``frame.index`` and ``iter.<iterator>_rows``);
+   ``frame.index`` and ``iter.<iterator>_rows``) (:mod:`~noetl_cloud.frames.process`);
 4. writes the rows as Arrow IPC to the payload store (when one is configured) and commits the frame with
    its ``rows_ref``, row count, cursor and the number of pipeline events it produced: one event per frame.
 
 **Bounds.** When the cursor declares ``release``, a frame stops taking rows at ``max_bytes`` (the rows
 taken, serialized as JSON, would pass it) or ``max_seconds`` (measured on the slot's clock from the frame's
-start, checked before each row in ``process: row``); the first row is always taken. The rows it did not
-take go back to the cursor through ``release`` (bound as ``:rows``, a JSON array) before the commit, which
-carries only the rows taken; the next frame claims them. Without ``release`` the bounds are refused when
-the playbook is compiled, so a frame takes every row it claimed.
+start, checked before each row in ``process: row``); the first row is always taken
+(:mod:`~noetl_cloud.frames.process`). The rows it did not take go back to the cursor through ``release``
+(bound as ``:rows``, a JSON array) before the commit, which carries only the rows taken; the next frame
+claims them. Without ``release`` the bounds are refused when the playbook is compiled, so a frame takes
+every row it claimed.
 
 A frame with fewer rows than ``max_rows`` exhausts the cursor (its commit says so and the stage stops
 minting). A failed frame is committed ``FAILED`` and the slot goes on with the next; the slot reports
@@ -30,24 +32,25 @@ minting). A failed frame is committed ``FAILED`` and the slot goes on with the n
 
 from __future__ import annotations
 
-import contextvars
 import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from noetl_cloud.engine.model import Loop, StepPlan
 from noetl_cloud.engine.outcome import Clock, Outcome, SystemClock, ToolResolver
-from noetl_cloud.engine.pipeline import PipelineResult, StepContext, run_pipeline
+from noetl_cloud.engine.pipeline import StepContext
 from noetl_cloud.engine.state import CtxStore
 from noetl_cloud.engine.templates import Renderer
-from noetl_cloud.envelope import EventEnvelope, utc_now
+from noetl_cloud.envelope import utc_now
 from noetl_cloud.frames.cursor import FrameBounds, run_statement
+from noetl_cloud.frames.heartbeat import FrameBeat
 from noetl_cloud.frames.policy import FramePolicy
+from noetl_cloud.frames.process import SlotEvents, process_rows
 from noetl_cloud.web.client import ApiResponse, UpstreamUnavailable, segment
 from noetl_cloud.worker.port import ControlPlaneApi, error_code
 from noetl_cloud.worker.run import PlanCache, Report
@@ -57,7 +60,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_JOIN_S = 2.0
 _COMMIT_PAUSE_S = 0.5
 
 
@@ -74,20 +76,6 @@ def cursor_plan(command: Mapping[str, Any], plans: PlanCache) -> StepPlan | None
     except Exception:  # noqa: BLE001 - a bad document is run_command's to report
         return None
     return plan if plan is not None and plan.loop is not None and plan.loop.mode == "cursor" else None
-
-
-class _Events:
-    """The pipeline's ``emit``: counts events and keeps the ``ctx`` patches (the report carries those)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.ctx_patch: list[dict[str, Any]] = []
-
-    def __call__(self, event_type: str, payload: dict[str, Any], *, meta: dict[str, Any] | None = None) -> Any:
-        self.count += 1
-        if event_type == "ctx.patched":
-            self.ctx_patch.extend(payload.get("patch") or [])
-        return cast(EventEnvelope, None)  # the engine never reads it back
 
 
 @dataclass
@@ -154,7 +142,7 @@ class CursorSlot:
         if not stage_id.isdigit() or not isinstance(slot, int):
             return Report(started_at, "error", None, {"kind": "bad_command", "message": "a slot names its stage"})
         scope = command.get("scope") or {}
-        events = _Events()
+        events = SlotEvents()
         sc = StepContext(
             execution_id=str(command["execution_id"]),
             step=plan.name,
@@ -227,7 +215,7 @@ class CursorSlot:
         loop: Loop,
         policy: FramePolicy,
         frame: Mapping[str, Any],
-        events: _Events,
+        events: SlotEvents,
         summary: SlotSummary,
         next_claim: dict[str, Any] | None = None,
     ) -> list[Mapping[str, Any]]:
@@ -242,7 +230,7 @@ class CursorSlot:
             summary.lost += 1
             return []
         lost = threading.Event()
-        beat = _Beat(self, fid, lease, policy.heartbeat_interval(lease), lost)
+        beat = FrameBeat(self.frames, self.worker_id, fid, lease, policy.heartbeat_interval(lease), lost)
         beat.start()
         before = events.count
         started = time.monotonic()
@@ -252,7 +240,8 @@ class CursorSlot:
             claimed, failure = self._claim_rows(sc, loop, policy, frame)
             rows = claimed
             if failure is None:
-                failure, taken = self._process(sc, plan, loop, policy, frame, claimed, lost, bounds)
+                stop = lambda: lost.is_set() or self.stop()  # noqa: E731
+                failure, taken = process_rows(sc, plan, loop, policy, frame, claimed, stop, bounds)
                 rows = claimed[:taken]
                 if failure is None and taken < len(claimed) and not (lost.is_set() or self.stop()):
                     released = len(claimed) - taken
@@ -310,7 +299,7 @@ class CursorSlot:
         handed = committed.json.get("frames") if isinstance(committed.json, dict) else None
         return list(handed or [])
 
-    def _commit(self, fid: str, body: dict[str, Any], beat: _Beat) -> ApiResponse:
+    def _commit(self, fid: str, body: dict[str, Any], beat: FrameBeat) -> ApiResponse:
         """Commit the frame, retried while its lease still holds: a frames API that is away for a moment
         (its instance restarted mid-frame) costs no second attempt of the frame's work. Once the lease
         may have run out the failure is raised, and the frame reaper hands the frame to a new attempt."""
@@ -338,50 +327,6 @@ class CursorSlot:
             return [], {"kind": "cursor_no_rows", "message": "the cursor claim returned no row set", "task": "cursor"}
         return rows, None
 
-    def _process(
-        self,
-        sc: StepContext,
-        plan: StepPlan,
-        loop: Loop,
-        policy: FramePolicy,
-        frame: Mapping[str, Any],
-        rows: list[dict[str, Any]],
-        lost: threading.Event,
-        bounds: FrameBounds,
-    ) -> tuple[dict[str, Any] | None, int]:
-        """Run the pipeline per row or per frame over the rows ``bounds`` let the frame take; the first
-        failure (or ``None``) and how many rows the frame took."""
-        if policy.process == "frame" or not plan.tasks:
-            rows = rows[: bounds.count(rows)]
-            if not rows or not plan.tasks:
-                return None, len(rows)
-        info = {
-            "id": str(frame["frame_id"]),
-            "index": frame.get("frame_index"),
-            "attempt": frame.get("attempt"),
-            "row_count": len(rows),
-        }
-        writer = f"iteration {frame.get('frame_index')}"
-        stop = lambda: lost.is_set() or self.stop()  # noqa: E731
-        if policy.process == "frame":
-            scope = {
-                f"{loop.iterator}_rows": rows,
-                "frame": {**info, "rows": rows},
-                "index": frame.get("frame_index"),
-            }
-            result = _drive(run_pipeline(sc, plan.tasks, scope, writer=writer), stop)
-            return (None if result is None or result.status == "ok" else {**(result.error or {})}), len(rows)
-        for index, row in enumerate(rows):
-            if not bounds.take(row, index):
-                return None, index
-            scope = {loop.iterator: row, "index": index, "frame": info}
-            result = _drive(run_pipeline(sc, plan.tasks, scope, iteration=index, writer=writer), stop)
-            if result is None:
-                return None, index  # stopped: the frame is dropped, not committed
-            if result.status != "ok":  # a failed frame keeps every row it claimed (whole_frame)
-                return {**(result.error or {}), "row": index}, len(rows)
-        return None, len(rows)
-
     def _release(
         self, sc: StepContext, loop: Loop, frame: Mapping[str, Any], rows: list[dict[str, Any]]
     ) -> dict[str, Any] | None:
@@ -390,63 +335,6 @@ class CursorSlot:
             self.tools, self.renderer, sc, loop, frame, statement="release", max_rows=len(rows), rows=rows
         )
         return failure
-
-
-def _drive(pipeline: Generator[None, None, PipelineResult], stop: Callable[[], bool]) -> PipelineResult | None:
-    while True:
-        try:
-            next(pipeline)
-        except StopIteration as done:
-            result: PipelineResult = done.value
-            return result
-        if stop():
-            pipeline.close()
-            return None
-
-
-class _Beat:
-    """Heartbeats one frame from its own thread until stopped; a refused heartbeat sets ``lost``."""
-
-    def __init__(self, slot: CursorSlot, frame_id: str, lease: float, interval: float, lost: threading.Event) -> None:
-        self.slot = slot
-        self.frame_id = frame_id
-        self.lease = lease
-        self.interval = interval
-        self.lost = lost
-        self._held_at = time.monotonic()  # the first heartbeat (before the beat starts) extended the lease
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        context = contextvars.copy_context()
-        self._thread = threading.Thread(
-            target=context.run, args=(self._run,), name=f"frame-{self.frame_id}", daemon=True
-        )
-        self._thread.start()
-
-    def holds_until(self) -> float:
-        """When (monotonic) the lease the last accepted heartbeat extended runs out, less one interval."""
-        return self._held_at + self.lease - self.interval
-
-    def stop(self) -> None:
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join(timeout=_JOIN_S)
-
-    def _run(self) -> None:
-        path = f"/api/frames/{segment(self.frame_id)}/heartbeat"
-        while not self._done.wait(self.interval):
-            try:
-                response = self.slot.frames.post(path, {"worker_id": self.slot.worker_id, "lease_seconds": self.lease})
-            except UpstreamUnavailable:
-                log.warning("frame heartbeat failed: the frames API is unreachable", extra={"frame_id": self.frame_id})
-                continue
-            if response.status in (404, 409):
-                log.info("frame lease lost", extra={"frame_id": self.frame_id, "code": error_code(response)})
-                self.lost.set()
-                return
-            if response.ok:
-                self._held_at = time.monotonic()
 
 
 def _local_ids(prefix: str) -> Callable[[], str]:

@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from noetl_cloud.runtime.message import Prepared
-from noetl_cloud.spool.engine import Gate, SpoolEngine, SpoolTarget, payload_bytes
+from noetl_cloud.spool.engine import Gate, SpoolEngine, payload_bytes
 from noetl_cloud.spool.ingress import ordering_value
 from noetl_cloud.spool.policy import FailureAction, on_downstream_failure
+from noetl_cloud.spool.target import SpoolTarget
 
 
 class RuntimeSpooler:

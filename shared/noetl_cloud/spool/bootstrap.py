@@ -17,10 +17,13 @@ from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.kv.port import KeyValueStore
 from noetl_cloud.settings import Settings
 from noetl_cloud.spool.backends import Backends, SettingsBackends
-from noetl_cloud.spool.drain import ApiReplayer, Drainer, DrainReport
-from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
+from noetl_cloud.spool.drain import Drainer
+from noetl_cloud.spool.drain_report import DrainReport
+from noetl_cloud.spool.engine import SpoolEngine
 from noetl_cloud.spool.events import ApiEventSink, EventJournal
 from noetl_cloud.spool.policy import source_kind
+from noetl_cloud.spool.replayer import ApiReplayer
+from noetl_cloud.spool.target import SpoolTarget
 from noetl_cloud.web.client import ApiClient, static_token
 from noetl_cloud.web.id_tokens import google_id_token_source
 

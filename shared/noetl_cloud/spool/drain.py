@@ -4,7 +4,8 @@ One :meth:`Drainer.drain` of one subscription:
 
 1. flushes the events parked while the control plane was down (:class:`~noetl_cloud.spool.events.EventJournal`);
 2. takes a lease per lane (``spool-drain/<subscription>/<lane>`` in the coordination store) so two
-   drainers never drain one lane; under ``global`` ordering it needs every lane;
+   drainers never drain one lane; under ``global`` ordering it needs every lane (the leases, the lane's
+   head and the settling of replayed items: :mod:`~noetl_cloud.spool.drain_lanes`);
 3. if the downstream's circuit is not closed, becomes its probe when the probe is due: the probe
    is the replay of the oldest spooled item, so a downstream with no health endpoint recovers.
    Success closes the circuit (``subscription.circuit.closed``); failure re-opens it, and the
@@ -32,77 +33,31 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Final
 
 from noetl_cloud import telemetry
 from noetl_cloud.errors import Unavailable
 from noetl_cloud.spool import events as ev
 from noetl_cloud.spool.downstreams import probe_verdict, take_probes
-from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
+from noetl_cloud.spool.drain_lanes import SETTLE_EVERY, LaneLeases, load_lane, settle
+from noetl_cloud.spool.drain_report import DrainReport
+from noetl_cloud.spool.engine import SpoolEngine
 from noetl_cloud.spool.item import SpoolItem, SpoolItemNotFound, SpoolRef, SpoolVersionConflict
 from noetl_cloud.spool.policy import POISON, RETENTION_EXPIRED, drain_order, expired, is_poison
 from noetl_cloud.spool.port import SpoolBackend
-from noetl_cloud.spool.replayer import (
-    REPLAY_DEDUP_WINDOW_S,
-    UNAVAILABLE_STATUSES,
-    ApiReplayer,
-    Replayer,
-    ReplayResult,
-    replay_request,
-    with_probe,
-)
+from noetl_cloud.spool.replayer import Replayer, with_probe
+from noetl_cloud.spool.target import SpoolTarget
 
 log = logging.getLogger(__name__)
 #: The log line of each item the drainer dead-letters (an alert policy of infra/modules/monitoring matches it).
 DEAD_LETTERED_LOG = "spool item dead-lettered"
 
-LEASE_PREFIX: Final = "spool-drain/"
-#: Replayed items whose ``replayed`` events are written in one call, then their objects deleted.
-SETTLE_EVERY: Final = 20
-
 
 # -- the drain ------------------------------------------------------------------------------------
-
-
-@dataclass
-class DrainReport:
-    subscription: str
-    state: str = "drained"  # drained | empty | circuit_open | probing | busy | halted | budget
-    replayed: int = 0
-    dead_lettered: int = 0
-    probed: bool = False
-    lanes: list[str] = field(default_factory=list)
-    drain_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    holder: str = ""
-    started: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("started", "holder")}
-
-
-@dataclass(frozen=True)
-class _Loaded:
-    ref: SpoolRef
-    item: SpoolItem
-    payload: bytes
-
-    @property
-    def recv_seq(self) -> int:
-        return self.item.recv_seq
-
-    @property
-    def attempts(self) -> int:
-        return self.item.attempts
 
 
 class _Stop(Exception):
     def __init__(self, state: str) -> None:
         self.state = state
-
-
-def lease_name(subscription: str, lane: str) -> str:
-    return f"{LEASE_PREFIX}{subscription}/{lane}"
 
 
 class Drainer:
@@ -132,7 +87,7 @@ class Drainer:
         self.probe_poll_s = probe_poll_s
         self.sleep = sleep
         self.monotonic = monotonic
-        self._leased_at: dict[tuple[str, str], float] = {}
+        self.leases = LaneLeases(engine.kv, lease_ttl_s, monotonic)
 
     # -- one subscription ------------------------------------------------------------------------
 
@@ -183,7 +138,7 @@ class Drainer:
             self.engine.clear_backlog(sub, backend)
             report.state = "empty"
             return
-        leased = [lane for lane in lanes if self._lease(sub, lane, report.holder)]
+        leased = [lane for lane in lanes if self.leases.take(sub, lane, report.holder)]
         try:
             if not leased or (target.spool.ordering == "global" and len(leased) < len(lanes)):
                 report.state = "busy"
@@ -198,8 +153,7 @@ class Drainer:
             report.state = stop.state
         finally:
             for lane in leased:
-                self.engine.kv.release_lease(lease_name(sub, lane), report.holder)
-                self._leased_at.pop((report.holder, lane), None)
+                self.leases.release(sub, lane, report.holder)
 
     def _run(
         self, target: SpoolTarget, backend: SpoolBackend, label: str, lanes: list[str], report: DrainReport
@@ -236,7 +190,7 @@ class Drainer:
         while active:
             if self.monotonic() - report.started > self.budget_s:
                 raise _Stop("budget")
-            loaded = {lane: self._load(backend, sub, lane) for lane in active}
+            loaded = {lane: load_lane(backend, sub, lane, self.batch) for lane in active}
             active = [lane for lane in active if loaded[lane]]
             if not active:
                 return
@@ -252,9 +206,7 @@ class Drainer:
                     lane = step.lane
                     if lane in blocked:
                         continue
-                    if not self._renew(
-                        sub, lane, report.holder
-                    ):  # lost it (expired): another drainer owns the lane now
+                    if not self.leases.renew(sub, lane, report.holder):  # lost it (expired): another drainer has it
                         blocked.add(lane)
                         active.remove(lane)
                         continue
@@ -292,7 +244,7 @@ class Drainer:
                         pending.append((replayed, entry.ref))
                         report.replayed += 1
                         if len(pending) >= SETTLE_EVERY:
-                            self._settle(sub, backend, pending)
+                            settle(self._emit, sub, backend, pending)
                     elif result.outcome == "unavailable":
                         transition = breaker.record_failure(report.holder)
                         if transition.opened:
@@ -322,7 +274,7 @@ class Drainer:
                     if downstream_probe and not (result.outcome == "replayed" and result.duplicate):
                         raise _Stop("probing")
             finally:
-                self._settle(sub, backend, pending)
+                settle(self._emit, sub, backend, pending)
             if plan.halted_lanes:
                 raise _Stop("halted")
 
@@ -419,49 +371,10 @@ class Drainer:
         """While nothing can be replayed: dead-letter the lane heads older than ``max_age_hours``."""
         max_age = target.spool.retention.max_age_hours
         for lane in lanes:
-            for entry in self._load(backend, target.subscription, lane):
+            for entry in load_lane(backend, target.subscription, lane, self.batch):
                 if not expired(entry.item.spooled_at, self.engine.clock(), max_age):
                     break
                 self._dead_letter(target.subscription, backend, label, entry.ref, entry.item, RETENTION_EXPIRED, report)
-
-    def _load(self, backend: SpoolBackend, sub: str, lane: str) -> list[_Loaded]:
-        loaded = []
-        for ref in backend.list(sub, lane, limit=self.batch):
-            try:
-                item, payload = backend.get(ref)
-            except SpoolItemNotFound:
-                continue
-            loaded.append(_Loaded(ref, item, payload))
-        return loaded
-
-    def _lease(self, sub: str, lane: str, holder: str) -> bool:
-        taken = self.engine.kv.acquire_lease(lease_name(sub, lane), holder, self.lease_ttl_s) is not None
-        if taken:
-            self._leased_at[(holder, lane)] = self.monotonic()
-        return taken
-
-    def _renew(self, sub: str, lane: str, holder: str) -> bool:
-        """Renew the lane's lease once a third of its TTL has passed (one store write per item otherwise)."""
-        at = self._leased_at.get((holder, lane))
-        if at is not None and self.monotonic() - at < self.lease_ttl_s / 3:
-            return True
-        return self._lease(sub, lane, holder)
-
-    def _settle(self, sub: str, backend: SpoolBackend, pending: list[tuple[ev.SpoolEvent, SpoolRef]]) -> None:
-        """The ``replayed`` events of the items replayed so far, in one call, then their objects deleted."""
-        if not pending:
-            return
-        self._emit(sub, [event for event, _ref in pending])
-        for _event, ref in pending:
-            self._delete(backend, ref)
-        pending.clear()
-
-    @staticmethod
-    def _delete(backend: SpoolBackend, ref: SpoolRef) -> None:
-        try:
-            backend.delete(ref)
-        except SpoolVersionConflict:  # its attempts were rewritten meanwhile; it is replayed all the same
-            backend.delete(SpoolRef(ref.name, None, ref.size))
 
     def _emit(self, sub: str, events: list[ev.SpoolEvent]) -> None:
         self.engine.journal.emit(sub, events)
@@ -471,17 +384,3 @@ class Drainer:
             self.engine.journal.flush(sub)
         except Unavailable:
             log.info("parked spool events not flushed yet", extra={"subscription": sub})
-
-
-# Re-exported: the replay half lives in noetl_cloud.spool.replayer.
-__all__ = [
-    "REPLAY_DEDUP_WINDOW_S",
-    "UNAVAILABLE_STATUSES",
-    "ApiReplayer",
-    "DrainReport",
-    "Drainer",
-    "ReplayResult",
-    "Replayer",
-    "lease_name",
-    "replay_request",
-]

@@ -1,6 +1,7 @@
 """The spool engine: backend + circuit breaker + policy, for the roles that receive messages.
 
-For one message of one subscription (a :class:`SpoolTarget`) the engine answers three questions:
+For one message of one subscription (a :class:`~noetl_cloud.spool.target.SpoolTarget`) the engine answers
+three questions:
 
 * :meth:`SpoolEngine.gate` -- before the dispatch: dispatch it, dispatch it as the circuit's probe,
   or spool it (the circuit is open; or a backlog is draining and ``on_recovery`` is
@@ -38,7 +39,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -47,21 +48,19 @@ from noetl_cloud import telemetry
 from noetl_cloud.envelope import utc_now
 from noetl_cloud.errors import Unavailable
 from noetl_cloud.kv.port import Clock, KeyValueStore
-from noetl_cloud.spec.spool import Spool
 from noetl_cloud.spool import events as ev
 from noetl_cloud.spool.backends import Backends
 from noetl_cloud.spool.circuit import CircuitBreaker, CircuitConfig, CircuitState, circuit_key, probe_due
-from noetl_cloud.spool.downstreams import circuit_ids
 from noetl_cloud.spool.item import SpoolItem, SpoolItemExists, SpoolRef
 from noetl_cloud.spool.policy import (
     Full,
-    SourceKind,
     lane_of,
     may_interleave,
     on_downstream_failure,
     retention_decision,
 )
 from noetl_cloud.spool.port import SpoolBackend
+from noetl_cloud.spool.target import SpoolTarget
 
 log = logging.getLogger(__name__)
 
@@ -85,35 +84,6 @@ class SpoolFull(Unavailable):
 
     code = "spool_full"
     retry_after = 60
-
-
-@dataclass(frozen=True)
-class SpoolTarget:
-    """One subscription's spool: its catalog path, ``spool`` block, source kind and downstream."""
-
-    subscription: str
-    spool: Spool
-    source_kind: SourceKind
-    downstream: str
-    #: The circuit ids of the subscription's declared ``downstreams`` (:mod:`noetl_cloud.spool.downstreams`).
-    downstreams: tuple[str, ...] = ()
-
-    @classmethod
-    def from_spec(
-        cls,
-        subscription: str,
-        spool: Mapping[str, Any] | Spool | None,
-        *,
-        source_kind: SourceKind,
-        downstream: str,
-        downstreams: Sequence[Any] | None = None,
-    ) -> SpoolTarget:
-        block = spool if isinstance(spool, Spool) else Spool.model_validate(dict(spool or {}))
-        return cls(subscription, block, source_kind, downstream, circuit_ids(subscription, downstreams or ()))
-
-    @property
-    def enabled(self) -> bool:
-        return self.spool.mode != "off"
 
 
 @dataclass(frozen=True)

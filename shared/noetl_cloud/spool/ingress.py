@@ -16,8 +16,9 @@ from typing import Any
 
 from noetl_cloud.ingress.directives import last_value
 from noetl_cloud.ingress.push import PushMessage
-from noetl_cloud.spool.engine import Gate, SpoolEngine, SpoolTarget, payload_bytes
+from noetl_cloud.spool.engine import Gate, SpoolEngine, payload_bytes
 from noetl_cloud.spool.policy import lane_of
+from noetl_cloud.spool.target import SpoolTarget
 
 # ``ordering_key`` names a header / attribute; these names mean the Pub/Sub message's own key.
 PUBSUB_ORDERING_NAMES = frozenset({"orderingkey", "ordering_key", "x-goog-pubsub-ordering-key"})

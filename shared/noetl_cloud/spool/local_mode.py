@@ -18,10 +18,12 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from noetl_cloud.spool.drain import Drainer, DrainReport
-from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
+from noetl_cloud.spool.drain import Drainer
+from noetl_cloud.spool.drain_report import DrainReport
+from noetl_cloud.spool.engine import SpoolEngine
 from noetl_cloud.spool.item import SpoolItem
 from noetl_cloud.spool.replayer import ReplayResult, replay_request
+from noetl_cloud.spool.target import SpoolTarget
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,10 @@ from noetl_cloud.errors import BadRequest, NoetlError, NotFound
 from noetl_cloud.kv.port import KeyValueStore
 from noetl_cloud.spool import events as ev
 from noetl_cloud.spool.backends import Backends
-from noetl_cloud.spool.engine import SpoolEngine, SpoolTarget
+from noetl_cloud.spool.engine import SpoolEngine
 from noetl_cloud.spool.item import SpoolItem, SpoolItemNotFound, SpoolRef, dlq_prefix
 from noetl_cloud.spool.port import SpoolBackend
+from noetl_cloud.spool.target import SpoolTarget
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from noetl_cloud.errors import BadRequest, ConfigError, NotFound, Unavailable
 from noetl_cloud.settings import Settings
 from noetl_cloud.spec.spool import Spool
 from noetl_cloud.spool.backends import SettingsBackends
-from noetl_cloud.spool.engine import SpoolTarget
 from noetl_cloud.spool.events import spool_ref
 from noetl_cloud.spool.item import SpoolRef
 from noetl_cloud.spool.port import SpoolBackend
+from noetl_cloud.spool.target import SpoolTarget
 
 Print = Callable[[str], None]
 
