@@ -136,12 +136,25 @@ def run_pipeline(
 
 def drive(pipeline: Generator[None, None, PipelineResult]) -> PipelineResult:
     """Run a pipeline generator to its end (sequential execution)."""
+    result = drive_until(pipeline, None)
+    assert result is not None
+    return result
+
+
+def drive_until(
+    pipeline: Generator[None, None, PipelineResult], stop: Callable[[], bool] | None
+) -> PipelineResult | None:
+    """Run the pipeline to its end, asking ``stop`` before each task attempt; ``None`` when stopped
+    (the pipeline is closed)."""
     while True:
         try:
             next(pipeline)
-        except StopIteration as stop:
-            result: PipelineResult = stop.value
+        except StopIteration as done:
+            result: PipelineResult = done.value
             return result
+        if stop is not None and stop():
+            pipeline.close()
+            return None
 
 
 def _scope(sc: StepContext, iter_scope: dict[str, Any] | None, locals_: dict[str, Any], **extra: Any) -> dict[str, Any]:

@@ -17,11 +17,11 @@ how many it produced) and keeps the ``ctx`` patches (the slot's report carries t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from noetl_cloud.engine.model import Loop, StepPlan
-from noetl_cloud.engine.pipeline import PipelineResult, StepContext, run_pipeline
+from noetl_cloud.engine.pipeline import StepContext, drive_until, run_pipeline
 from noetl_cloud.envelope import EventEnvelope
 from noetl_cloud.frames.cursor import FrameBounds
 from noetl_cloud.frames.policy import FramePolicy
@@ -70,27 +70,15 @@ def process_rows(
             "frame": {**info, "rows": rows},
             "index": frame.get("frame_index"),
         }
-        result = _drive(run_pipeline(sc, plan.tasks, scope, writer=writer), stop)
+        result = drive_until(run_pipeline(sc, plan.tasks, scope, writer=writer), stop)
         return (None if result is None or result.status == "ok" else {**(result.error or {})}), len(rows)
     for index, row in enumerate(rows):
         if not bounds.take(row, index):
             return None, index
         scope = {loop.iterator: row, "index": index, "frame": info}
-        result = _drive(run_pipeline(sc, plan.tasks, scope, iteration=index, writer=writer), stop)
+        result = drive_until(run_pipeline(sc, plan.tasks, scope, iteration=index, writer=writer), stop)
         if result is None:
             return None, index  # stopped: the frame is dropped, not committed
         if result.status != "ok":  # a failed frame keeps every row it claimed (whole_frame)
             return {**(result.error or {}), "row": index}, len(rows)
     return None, len(rows)
-
-
-def _drive(pipeline: Generator[None, None, PipelineResult], stop: Callable[[], bool]) -> PipelineResult | None:
-    while True:
-        try:
-            next(pipeline)
-        except StopIteration as done:
-            result: PipelineResult = done.value
-            return result
-        if stop():
-            pipeline.close()
-            return None

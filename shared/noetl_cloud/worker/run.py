@@ -29,7 +29,7 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -39,7 +39,7 @@ from pydantic import BaseModel
 from noetl_cloud.engine.loop import iteration_scope
 from noetl_cloud.engine.model import StepPlan, compile_playbook
 from noetl_cloud.engine.outcome import Clock, Outcome, SystemClock, ToolResolver
-from noetl_cloud.engine.pipeline import PipelineResult, StepContext, run_pipeline
+from noetl_cloud.engine.pipeline import StepContext, drive_until, run_pipeline
 from noetl_cloud.engine.state import CtxStore
 from noetl_cloud.engine.templates import Renderer
 from noetl_cloud.envelope import EventEnvelope, EventFactory, utc_now
@@ -207,7 +207,7 @@ def run_command(
     )
     pipeline = run_pipeline(sc, plan.tasks, iter_scope, iteration=iteration, writer=writer)
     try:
-        outcome = _drive(pipeline, stop)
+        outcome = drive_until(pipeline, stop)
     except Exception as exc:  # a crashing tool fails this command now, not after every lease has expired
         log.exception(
             "a task raised instead of returning an outcome",
@@ -316,19 +316,6 @@ def _iteration(cmd: _Command, plan: StepPlan) -> tuple[dict[str, Any], int | Non
 
 
 # -- running ----------------------------------------------------------------------------------------
-
-
-def _drive(pipeline: Generator[None, None, PipelineResult], stop: Callable[[], bool] | None) -> PipelineResult | None:
-    """Run the pipeline to its end, asking ``stop`` before each task attempt; ``None`` when stopped."""
-    while True:
-        try:
-            next(pipeline)
-        except StopIteration as done:
-            result: PipelineResult = done.value
-            return result
-        if stop is not None and stop():
-            pipeline.close()
-            return None
 
 
 class _Recorder:
