@@ -14,6 +14,7 @@ from flask.testing import FlaskClient
 from google.api_core.exceptions import AlreadyExists, NotFound
 from google.cloud import pubsub_v1
 from pydantic import SecretStr
+from sqlalchemy import func, select
 
 from noetl_cloud.auth.internal import InternalAuth
 from noetl_cloud.control.app import build_app
@@ -169,6 +170,19 @@ def client(plane: ControlPlane) -> FlaskClient:
     test_client = app.test_client()
     test_client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {TOKEN}"
     return test_client
+
+
+@pytest.fixture
+def ready(client: FlaskClient) -> FlaskClient:
+    """The control plane's client with the playbook ``domain/handle`` registered."""
+    register(client, playbook("domain/handle"))
+    return client
+
+
+def count_rows(plane: ControlPlane, table: Any, *where: Any) -> int:
+    """Rows of ``table`` (a SQLAlchemy table) matching ``where``."""
+    with plane.engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one())
 
 
 def register(client: FlaskClient, content: str) -> dict[str, Any]:

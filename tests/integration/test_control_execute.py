@@ -8,24 +8,13 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.db.schema import command, event, execution, outbox, subscription_dedup
-from tests.integration.control_fixtures import Topics, playbook, register
+from tests.integration.control_fixtures import Topics, count_rows
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-
-
-@pytest.fixture
-def ready(client: FlaskClient) -> FlaskClient:
-    register(client, playbook("domain/handle"))
-    return client
-
-
-def count(plane: ControlPlane, table: Any, *where: Any) -> int:
-    with plane.engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one())
 
 
 def test_execute_writes_execution_events_command_and_publishes_the_notification(
@@ -62,7 +51,7 @@ def test_execute_writes_execution_events_command_and_publishes_the_notification(
 
     detail = ready.get(f"/api/executions/{eid}").get_json()
     assert detail["status"] == "started" and detail["event_count"] == 3 and detail["path"] == "domain/handle"
-    assert count(plane, command, command.c.execution_id == int(eid), command.c.status == "issued") == 1
+    assert count_rows(plane, command, command.c.execution_id == int(eid), command.c.status == "issued") == 1
     with plane.engine.connect() as conn:
         topics_left = conn.execute(select(outbox.c.topic)).scalars().all()
     assert plane.settings.command_topic("shared") not in topics_left  # published, then deleted
@@ -79,7 +68,7 @@ def test_one_thousand_executions_give_one_thousand_events_and_notifications(
     with ThreadPoolExecutor(8) as pool:
         ids = list(pool.map(one, range(1000)))
     assert len(set(ids)) == 1000
-    assert count(plane, event, event.c.event_type == "playbook.started") == 1000
+    assert count_rows(plane, event, event.c.event_type == "playbook.started") == 1000
     messages = topics.pull("shared", 1000)
     assert len(messages) == 1000
     assert {json.loads(m.data)["execution_id"] for m in messages} == set(ids)
@@ -123,7 +112,7 @@ def test_bad_execute_requests_are_json_errors_and_write_nothing(
 ) -> None:
     response = ready.post("/api/execute", json=body)
     assert response.status_code == status and response.get_json()["error"]["code"] == code
-    assert count(plane, execution) == 0
+    assert count_rows(plane, execution) == 0
 
 
 def test_batch_with_three_bad_items_among_one_hundred(ready: FlaskClient, plane: ControlPlane, topics: Topics) -> None:
@@ -136,7 +125,7 @@ def test_batch_with_three_bad_items_among_one_hundred(ready: FlaskClient, plane:
     errors = {r["index"]: r["error"]["code"] for r in body["results"] if r["status"] == "error"}
     assert errors == {7: "validation_failed", 42: "playbook_not_found", 99: "unknown_pool"}
     assert [r["index"] for r in body["results"]] == list(range(100))
-    assert count(plane, execution) == 97
+    assert count_rows(plane, execution) == 97
     assert len(topics.pull("shared", 97)) == 97
 
 
@@ -161,8 +150,8 @@ def test_sixteen_concurrent_requests_with_one_dedup_key_make_one_execution(
     statuses = sorted(r["status"] for r in results)
     assert statuses == ["duplicate"] * 15 + ["started"]
     assert len({r["execution_id"] for r in results}) == 1
-    assert count(plane, execution) == 1
-    assert count(plane, event, event.c.event_type == "subscription.message.deduplicated") == 15
+    assert count_rows(plane, execution) == 1
+    assert count_rows(plane, event, event.c.event_type == "subscription.message.deduplicated") == 15
     # Another subscription (parent) has its own window.
     other = ready.post("/api/execute", json={**request, "parent_execution_id": "78"}).get_json()
     assert other["status"] == "started" and other["execution_id"] != results[0]["execution_id"]
@@ -173,7 +162,7 @@ def test_same_key_twice_in_one_batch_is_a_duplicate_of_the_first(ready: FlaskCli
     body = ready.post("/api/execute/batch", json={"executions": [item, item, {"path": "domain/handle"}]}).get_json()
     assert [r["status"] for r in body["results"]] == ["started", "duplicate", "started"]
     assert body["results"][0]["execution_id"] == body["results"][1]["execution_id"]
-    assert count(plane, execution) == 2
+    assert count_rows(plane, execution) == 2
 
 
 def test_an_expired_key_is_reclaimed(ready: FlaskClient, plane: ControlPlane) -> None:
@@ -186,7 +175,7 @@ def test_an_expired_key_is_reclaimed(ready: FlaskClient, plane: ControlPlane) ->
     assert again["status"] == "started" and again["execution_id"] != first["execution_id"]
     with plane.engine.begin() as conn:
         conn.execute(text("UPDATE subscription_dedup SET expires_at = now() - interval '1 second'"))
-    assert plane.executions.reclaim_dedup() == 1 and count(plane, subscription_dedup) == 0
+    assert plane.executions.reclaim_dedup() == 1 and count_rows(plane, subscription_dedup) == 0
 
 
 def test_a_crash_between_insert_and_commit_leaves_neither_execution_nor_key(
@@ -199,12 +188,12 @@ def test_a_crash_between_insert_and_commit_leaves_neither_execution_nor_key(
 
     monkeypatch.setattr(plane.store, "append_new_streams_to", crash)
     assert ready.post("/api/execute", json=request).status_code == 500
-    assert count(plane, execution) == 0 and count(plane, subscription_dedup) == 0
-    assert count(plane, event, event.c.event_type.in_(["playbook.started", "command.issued"])) == 0
-    assert count(plane, outbox, outbox.c.topic.like(plane.settings.command_topic_prefix + "%")) == 0
+    assert count_rows(plane, execution) == 0 and count_rows(plane, subscription_dedup) == 0
+    assert count_rows(plane, event, event.c.event_type.in_(["playbook.started", "command.issued"])) == 0
+    assert count_rows(plane, outbox, outbox.c.topic.like(plane.settings.command_topic_prefix + "%")) == 0
     monkeypatch.undo()
     retry = ready.post("/api/execute", json=request).get_json()
-    assert retry["status"] == "started" and count(plane, execution) == 1
+    assert retry["status"] == "started" and count_rows(plane, execution) == 1
 
 
 def test_a_failed_publish_stays_in_the_outbox_until_the_sweep(
@@ -296,6 +285,6 @@ def test_more_request_threads_than_pooled_connections_never_starve_the_pool(
         with ThreadPoolExecutor(12) as pool:
             statuses = list(pool.map(one, range(48)))
         assert set(statuses) <= {200, 202} and len(statuses) == 48
-        assert count(small, execution) == 48
+        assert count_rows(small, execution) == 48
     finally:
         small.engine.dispose()

@@ -8,25 +8,14 @@ from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from sqlalchemy import func, select, text
+from sqlalchemy import text
 
 from noetl_cloud.control.bootstrap import ControlPlane
 from noetl_cloud.control.models import DedupIn, ExecuteRequest
 from noetl_cloud.db.schema import event, execution, subscription_dedup
 from noetl_cloud.settings import Settings
-from tests.integration.control_fixtures import playbook, register
+from tests.integration.control_fixtures import count_rows, register
 from tests.integration.replay_fixtures import chain_playbook
-
-
-@pytest.fixture
-def ready(client: FlaskClient) -> FlaskClient:
-    register(client, playbook("domain/handle"))
-    return client
-
-
-def count(plane: ControlPlane, table: Any, *where: Any) -> int:
-    with plane.engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one())
 
 
 def start(client: FlaskClient, request: dict[str, Any]) -> dict[str, Any]:
@@ -47,9 +36,9 @@ def test_sixteen_concurrent_copies_of_one_delivery_start_once_and_record_nothing
         results = list(pool.map(lambda _: start(ready, request), range(16)))
     assert sorted(r["status"] for r in results) == ["duplicate"] * 15 + ["started"]
     assert len({r["execution_id"] for r in results}) == 1
-    assert count(plane, execution) == 1
+    assert count_rows(plane, execution) == 1
     # A replayed delivery writes no event (a replay must not grow the log); the ingress counts it.
-    assert count(plane, event, event.c.event_type == "subscription.message.deduplicated") == 0
+    assert count_rows(plane, event, event.c.event_type == "subscription.message.deduplicated") == 0
     with plane.engine.connect() as conn:
         scope, window = conn.execute(
             text("SELECT scope, expires_at - seen_at FROM subscription_dedup WHERE dedup_key = 'hooks/d1'")
@@ -71,7 +60,7 @@ def test_a_delivery_past_its_window_starts_again_and_the_reclaim_deletes_its_key
     assert again["status"] == "started" and again["execution_id"] != first["execution_id"]
     with plane.engine.begin() as conn:
         conn.execute(text("UPDATE subscription_dedup SET expires_at = now() - interval '1 second'"))
-    assert plane.executions.reclaim_dedup() == 1 and count(plane, subscription_dedup) == 0
+    assert plane.executions.reclaim_dedup() == 1 and count_rows(plane, subscription_dedup) == 0
 
 
 def test_a_new_delivery_whose_dedup_key_is_held_points_its_delivery_key_at_the_holder(
@@ -84,11 +73,11 @@ def test_a_new_delivery_whose_dedup_key_is_held_points_its_delivery_key_at_the_h
     second_request = {"path": "domain/handle", "dedup": dedup, "delivery": {"key": "hooks/b", "window_secs": 60}}
     second = start(ready, second_request)
     assert second == {**first, "status": "duplicate"}
-    assert count(plane, event, event.c.event_type == "subscription.message.deduplicated") == 1
+    assert count_rows(plane, event, event.c.event_type == "subscription.message.deduplicated") == 1
     replayed = start(ready, second_request)
     assert replayed == {**first, "status": "duplicate"}
-    assert count(plane, event, event.c.event_type == "subscription.message.deduplicated") == 1  # no event
-    assert count(plane, execution) == 1
+    assert count_rows(plane, event, event.c.event_type == "subscription.message.deduplicated") == 1  # no event
+    assert count_rows(plane, execution) == 1
 
 
 def test_the_same_delivery_twice_in_one_batch_starts_once(ready: FlaskClient, plane: ControlPlane) -> None:
@@ -96,7 +85,7 @@ def test_the_same_delivery_twice_in_one_batch_starts_once(ready: FlaskClient, pl
     body = ready.post("/api/execute/batch", json={"executions": [item, item, {"path": "domain/handle"}]}).get_json()
     assert [r["status"] for r in body["results"]] == ["started", "duplicate", "started"]
     assert body["results"][0]["execution_id"] == body["results"][1]["execution_id"]
-    assert count(plane, execution) == 2
+    assert count_rows(plane, execution) == 2
 
 
 @pytest.mark.parametrize("delivery", [{"key": ""}, {"key": "k", "window_secs": 0}, {"key": "k", "extra": 1}])
@@ -105,7 +94,7 @@ def test_a_bad_delivery_key_is_a_validation_error_and_starts_nothing(
 ) -> None:
     response = ready.post("/api/execute", json={"path": "domain/handle", "delivery": delivery})
     assert response.status_code == 422 and response.get_json()["error"]["code"] == "validation_failed"
-    assert count(plane, execution) == 0
+    assert count_rows(plane, execution) == 0
 
 
 def test_a_delivery_started_on_a_stale_catalog_entry_runs_the_latest_version_and_keeps_one_key(
