@@ -269,6 +269,25 @@ def test_a_pubsub_push_redelivered_carries_its_message_id_as_the_delivery_key() 
     assert [r["delivery"]["key"] for r in api.requests] == ["hooks/ps-9"] * 2
 
 
+def test_a_pubsub_push_key_carries_the_publish_time_that_its_redelivery_repeats() -> None:
+    """An emulator restarted (or a topic created again) numbers its messages anew: the publish time
+    tells two messages with one id apart, and a redelivery of one envelope keeps its key."""
+    import base64
+
+    api = Forwards()
+    service = replaying_service(api, 1_800_000_000)
+    config = listener({"type": "bearer", "query_param": "token", "secret": "t"}, source="pubsub")
+
+    def envelope(published: str) -> bytes:
+        data = base64.b64encode(b"{}").decode()
+        return json.dumps({"message": {"data": data, "messageId": "150", "publishTime": published}}).encode()
+
+    for published in ("2026-11-27T09:01:00.000Z", "2026-11-27T09:01:00.000Z", "2026-11-27T09:09:00.000Z"):
+        service.handle("hooks", config, envelope(published), [], {"token": "t"})
+    keys = [r["delivery"]["key"] for r in api.requests]
+    assert keys[0] == keys[1] == "hooks/150@2026-11-27T09:01:00.000Z" and keys[2] != keys[0]
+
+
 def test_dedup_enabled_keys_an_hmac_delivery_and_its_replay_on_its_content() -> None:
     import hashlib
     import hmac

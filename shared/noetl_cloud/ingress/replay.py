@@ -1,8 +1,9 @@
 """Which id makes a verified delivery "the same delivery again", per scheme (replay protection).
 
-The ingress claims this id in the coordination store while it forwards the delivery and keeps it
-as accepted for the listener's replay window: a second delivery of it within the window is
-answered 200 ``duplicate`` and runs nothing. The id must be one the scheme's credential covers,
+The ingress sends this id with the start as its delivery key (with a Pub/Sub message's publish
+time: ``ingress/service.py`` ``delivery_key``), which the control plane claims with the execution
+for the listener's replay window: a second delivery of it within the window is answered 200
+``duplicate`` and runs nothing. The id must be one the scheme's credential covers,
 or an attacker replays a captured delivery under a fresh one:
 
 ==========================  ========================================================  ==========================

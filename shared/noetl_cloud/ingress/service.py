@@ -254,7 +254,7 @@ class IngressService:
             request["dedup"] = plan.dedup
         if identity.message_id:  # replay protection: claimed with the start (the module's docstring)
             request["delivery"] = {
-                "key": f"{listener}/{identity.message_id}",
+                "key": delivery_key(listener, identity.message_id, message),
                 "window_secs": math.ceil(policy.window_s),
             }
         # What a replay needs besides the workload: the verified plan and the request around it.
@@ -331,6 +331,15 @@ class IngressService:
             )
         except NoetlError:
             log.warning("audit event not recorded", extra={"listener": listener, "event_type": event_type})
+
+
+def delivery_key(listener: str, replay_id: str, message: PushMessage) -> str:
+    """The key of a delivery's replay protection: the listener and the id its scheme signs; for a
+    Pub/Sub push also the message's publish time, which a redelivery (or a replay of the captured
+    envelope) repeats, and which tells apart two messages given one id (an emulator restarted, or a
+    topic created again, numbers its messages anew)."""
+    stamp = f"@{message.publish_time}" if message.publish_time else ""
+    return f"{listener}/{replay_id}{stamp}"[:512]
 
 
 def _accepted_status(config: dict[str, Any]) -> int:
