@@ -115,6 +115,17 @@ def test_a_restarted_subscribe_replays_its_spool_in_order_then_runs_live_message
     for lane in ("old-0 old-2 old-4", "old-1 old-3"):  # each device's items replayed in receive order
         assert [m for m in old if m in lane.split()] == lane.split()
     assert types["playbook.completed"] == 7, types  # five replayed, two live, each once
+    assert types["playbook.started"] == 7, types
+    # Each spooled item is recorded once (the drainer writes its event again before the replay, and
+    # the events file keeps one per idempotency key), and no message started twice from the spool.
+    spooled = [e["payload"]["spool_ref"] for e in events if e["event_type"] == "subscription.message.spooled"]
+    assert len(spooled) == len(set(spooled)), types
+    started = [
+        e["payload"]["message_id"]
+        for e in events
+        if e["event_type"] == "subscription.message.replayed" and not e["payload"]["duplicate"]
+    ]
+    assert len(started) == len(set(started)), started
     assert LocalDiskSpool(folder).list(PATH) == []
     state = json.loads(folder.with_name("spool.state.json").read_text())
     circuit = next(v for k, v in state.items() if k.startswith("circuit/"))

@@ -37,6 +37,7 @@ class FileEventSink:
     def __init__(self, stream: IO[str]) -> None:
         self._sink = JsonlSink(stream)
         self._lock = threading.Lock()
+        self._recorded: set[str] = set()  # the spool events' idempotency keys written so far
         self.stream = stream
 
     def emit(self, event: EventEnvelope) -> None:
@@ -44,9 +45,14 @@ class FileEventSink:
             self._sink.emit(event)
 
     def record(self, events: Sequence[SpoolEvent]) -> int:
-        """The spool's events (the spool journal's sink)."""
+        """The spool's events (the spool journal's sink): at most one line per idempotency key, as the
+        control plane's event log keeps them (the drainer writes an item's ``spooled`` event again
+        before replaying it, in case the spool-time write was lost)."""
         factory = _factory()
-        for e in events:
+        with self._lock:
+            fresh = [e for e in events if e.idempotency_key not in self._recorded]
+            self._recorded.update(e.idempotency_key for e in fresh)
+        for e in fresh:
             stream = f"{'spool' if e.aggregate == 'subscription' else 'circuit'}/{e.subject}"
             self.emit(
                 factory.new(
@@ -59,7 +65,7 @@ class FileEventSink:
                     event_time=e.event_time,
                 )
             )
-        return len(events)
+        return len(fresh)
 
 
 def _factory() -> EventFactory:
@@ -78,6 +84,33 @@ def load_subscription(path: Path) -> dict[str, Any]:
     return document
 
 
+class _Claim:
+    """The run of one message: set ``done`` once it started (``execution_id``) or did not (``None``)."""
+
+    __slots__ = ("done", "execution_id")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.execution_id: str | None = None
+
+
+def start_keys(request: dict[str, Any]) -> list[str]:
+    """The keys a start claims in the in-process control plane: its dedup and delivery keys, and the
+    source message's identity (subscription, message id, publish time), which a live delivery, a
+    redelivery and a spooled copy's replay all carry in ``meta``: whichever copy comes second, and
+    wherever it lands, is a duplicate of the first, as the control plane's delivery key makes it."""
+    keys = []
+    for kind in ("dedup", "delivery"):
+        block = request.get(kind)
+        if isinstance(block, dict) and block.get("key"):
+            keys.append(f"{kind}/{block['key']}")
+    meta = request.get("meta") or {}
+    if meta.get("message_id"):
+        stamp = f"@{meta['publish_time']}" if meta.get("publish_time") else ""
+        keys.append(f"message/{meta.get('subscription_path') or '-'}/{meta['message_id']}{stamp}")
+    return keys
+
+
 class LocalControl:
     """The control plane of one local subscription: the lifecycle, in-process runs, a dedup window."""
 
@@ -92,7 +125,7 @@ class LocalControl:
         self.ids = SnowflakeGenerator()
         self.view: dict[str, Any] | None = None
         self.runs: list[dict[str, Any]] = []
-        self._dedup: dict[str, str] = {}
+        self._claims: dict[str, _Claim] = {}  # a started (or starting) message's keys -> its run
         self._lock = threading.Lock()
 
     def _lifecycle(self, event_type: str, payload: dict[str, Any]) -> None:
@@ -142,12 +175,34 @@ class LocalControl:
         return [self._run(request) for request in requests]
 
     def _run(self, request: dict[str, Any]) -> ItemOutcome:
-        dedup = request.get("dedup")
-        with self._lock:
-            if dedup and dedup["key"] in self._dedup:
-                original = self._dedup[dedup["key"]]
-                self._emit_dedup(request, original)
-                return ItemOutcome("duplicate", original)
+        keys = start_keys(request)
+        while True:
+            with self._lock:
+                holder = next((self._claims[k] for k in keys if k in self._claims), None)
+                if holder is None:  # claim every key of the message before it runs
+                    claim = _Claim()
+                    for key in keys:
+                        self._claims[key] = claim
+                    break
+            holder.done.wait()  # a copy of this message is running now (the drain, a redelivery)
+            if holder.execution_id is not None:
+                dedup = request.get("dedup") or {}
+                self._emit_dedup(request, str(dedup.get("key") or keys[0]), holder.execution_id)
+                return ItemOutcome("duplicate", holder.execution_id)
+        outcome: ItemOutcome | None = None
+        try:
+            outcome = self._start(request)
+            return outcome
+        finally:
+            with self._lock:
+                claim.execution_id = outcome.execution_id if outcome is not None else None
+                if claim.execution_id is None:  # nothing started: a later copy may run
+                    for key in keys:
+                        if self._claims.get(key) is claim:
+                            del self._claims[key]
+                claim.done.set()
+
+    def _start(self, request: dict[str, Any]) -> ItemOutcome:
         target = self.playbook_file(str(request["path"]))
         if target is None:
             return ItemOutcome("rejected", error={"code": "playbook_not_found", "message": str(request["path"])})
@@ -170,12 +225,10 @@ class LocalControl:
                 )
             )
         with self._lock:
-            if dedup:
-                self._dedup[dedup["key"]] = str(result.execution_id)
             self.runs.append({"execution_id": result.execution_id, "path": request["path"], "status": result.status})
         return ItemOutcome("accepted", str(result.execution_id))
 
-    def _emit_dedup(self, request: dict[str, Any], original: str) -> None:
+    def _emit_dedup(self, request: dict[str, Any], key: str, original: str) -> None:
         self.sink.emit(
             self.events.new(
                 "subscription.message.deduplicated",
@@ -184,7 +237,7 @@ class LocalControl:
                 aggregate_id=str(request.get("parent_execution_id") or "-"),
                 execution_id=original,
                 payload={
-                    "dedup_key": request["dedup"]["key"],
+                    "dedup_key": key,
                     "original_execution_id": original,
                     "message_id": (request.get("meta") or {}).get("message_id"),
                 },

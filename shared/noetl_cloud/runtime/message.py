@@ -84,6 +84,8 @@ def prepare(message: SourceMessage, config: Mapping[str, Any], *, subscription_i
         "subscription_path": path,
         "principal": pushed.message.principal,
     }
+    if message.publish_time:  # with the id, what tells a redelivery from a new message given an old id
+        meta["publish_time"] = message.publish_time
     if message.delivery_attempt:
         meta["delivery_attempt"] = message.delivery_attempt
     if plan.applied or plan.ignored:

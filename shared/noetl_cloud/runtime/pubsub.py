@@ -77,11 +77,17 @@ class _Streamed:
 
     def ack(self) -> None:
         self._source._streamed_done()
-        self._message.ack()
+        if self._source.streaming:
+            self._message.ack()
+        else:  # the stream's manager is closed and would drop it: ack by id (see ``PubSubSource.stop``)
+            self._source.settle_by_id(self.ack_id, ack=True)
 
     def nack(self) -> None:
         self._source._streamed_done()
-        self._message.nack()
+        if self._source.streaming:
+            self._message.nack()
+        else:
+            self._source.settle_by_id(self.ack_id, ack=False)
 
 
 class _Pulled:
@@ -237,7 +243,20 @@ class PubSubSource:
     def streaming(self) -> bool:
         return self._future is not None and not self._future.done()
 
+    def settle_by_id(self, ack_id: str, *, ack: bool) -> None:
+        """Ack (or nack) a streamed message after its stream stopped, through the unary calls."""
+        try:
+            if ack:
+                self.acknowledge([ack_id])
+            else:
+                self.release([ack_id])
+        except Unavailable:
+            log.warning("ack of a streamed message on %s failed; it may be redelivered", self.path)
+
     def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop fetching. Messages handed to the runtime stay leased until it settles them: the
+        client's closed stream manager drops a later ``ack()`` (the message would come back after
+        its deadline and run again), so those are acked by id instead."""
         self._stop_sweeping.set()
         sweeper, self._sweeper = self._sweeper, None
         if sweeper is not None:
