@@ -28,27 +28,18 @@ from noetl_cloud.envelope import EventFactory, utc_now
 from noetl_cloud.eventlog.postgres import PostgresEventStore
 from noetl_cloud.eventlog.relay import OutboxRow
 
-_CLAIM = text(
-    "INSERT INTO subscription_dedup (scope, dedup_key, execution_id, seen_at, expires_at) "
-    "VALUES (:scope, :key, :eid, :now, :expires) "
-    "ON CONFLICT (scope, dedup_key) DO UPDATE SET execution_id = EXCLUDED.execution_id, "
-    "seen_at = EXCLUDED.seen_at, expires_at = EXCLUDED.expires_at "
-    "WHERE subscription_dedup.expires_at <= EXCLUDED.seen_at RETURNING execution_id"
-)
-_HOLDER = text(
-    "SELECT d.execution_id, e.execution_pool FROM subscription_dedup d "
-    "LEFT JOIN execution e ON e.execution_id = d.execution_id "
-    "WHERE d.scope = :scope AND d.dedup_key = :key"
-)
-# The one key of a lone start, claimed by the start's write statement itself (its precondition), only
-# while the statement's guard holds; no row when the key is held or the guard is false.
-_CLAIM_IN_STATEMENT = (
+# A key claimed for an execution: a new row, or one whose window has passed taken over; no row when
+# the key is held, or when ``guard`` (the start statement's catalog guard, for a lone start whose
+# claim is that statement's precondition) is false.
+_CLAIM_SQL = (
     "INSERT INTO subscription_dedup (scope, dedup_key, execution_id, seen_at, expires_at) "
     "SELECT :scope, :key, :eid, :now, :expires WHERE {guard} "
     "ON CONFLICT (scope, dedup_key) DO UPDATE SET execution_id = EXCLUDED.execution_id, "
     "seen_at = EXCLUDED.seen_at, expires_at = EXCLUDED.expires_at "
     "WHERE subscription_dedup.expires_at <= EXCLUDED.seen_at"
 )
+_CLAIM = text(_CLAIM_SQL.format(guard="TRUE") + " RETURNING execution_id")
+# The execution that held a key when a claim at ``now`` failed (none when the claim failed on its guard).
 _HELD = text(
     "SELECT d.execution_id, e.execution_pool FROM subscription_dedup d "
     "LEFT JOIN execution e ON e.execution_id = d.execution_id "
@@ -92,6 +83,19 @@ def start_keys(request: ExecuteRequest, tenant: str, org: str) -> list[StartKey]
     return keys
 
 
+def _claim_params(plan: StartPlan, key: StartKey, now: datetime) -> dict[str, Any]:
+    """The binds of a claim of ``key`` for the plan's execution at ``now``."""
+    expires = now + timedelta(seconds=key.key.window_secs)
+    return {"scope": key.scope, "key": key.key.key, "eid": plan.execution_id, "now": now, "expires": expires}
+
+
+def _holder(conn: Connection, plan: StartPlan, key: StartKey, now: datetime) -> tuple[int, str | None] | None:
+    """The execution (id, pool) that held ``key`` when the plan's claim at ``now`` failed."""
+    params = {"scope": key.scope, "key": key.key.key, "eid": plan.execution_id, "now": now}
+    held = conn.execute(_HELD, params).first()
+    return None if held is None else (int(held.execution_id), held.execution_pool)
+
+
 class StartDedup:
     """Start keys (a mixin of the execution service; it declares what it uses of it)."""
 
@@ -128,11 +132,7 @@ class StartDedup:
         statement's catalog ``guard`` (which the claim carries, so the statement itself needs none):
         nothing is written unless the guard holds and the key is claimed at ``now``."""
         (key,) = plan.keys
-        claim = {"scope": key.scope, "key": key.key.key, "eid": plan.execution_id, "now": now}
-        batch.precondition(
-            _CLAIM_IN_STATEMENT.format(guard=guard),
-            {**params, **claim, "expires": now + timedelta(seconds=key.key.window_secs)},
-        )
+        batch.precondition(_CLAIM_SQL.format(guard=guard), {**params, **_claim_params(plan, key, now)})
 
     @staticmethod
     def _held_elsewhere(conn: Connection, plan: StartPlan, results: list[ItemResult | None], now: datetime) -> bool:
@@ -140,28 +140,22 @@ class StartDedup:
         was held then (the start is a duplicate of the holder, answered in ``results``, and records
         nothing); false means the catalog guard failed."""
         (key,) = plan.keys
-        params = {"scope": key.scope, "key": key.key.key, "eid": plan.execution_id, "now": now}
-        held = conn.execute(_HELD, params).first()
+        held = _holder(conn, plan, key, now)
         if held is None:
             return False
-        pool = held.execution_pool
         results[plan.index] = ItemResult(
-            index=plan.index, status="duplicate", execution_id=str(held.execution_id), execution_pool=pool
+            index=plan.index, status="duplicate", execution_id=str(held[0]), execution_pool=held[1]
         )
         return True
 
     @staticmethod
     def _take(conn: Connection, plan: StartPlan, key: StartKey, now: datetime) -> tuple[int, str | None] | None:
         """Claim ``key`` for the plan's execution; the holder (execution id, pool) when it is held."""
-        params = {"scope": key.scope, "key": key.key.key}
-        claimed = conn.execute(
-            _CLAIM,
-            {**params, "eid": plan.execution_id, "now": now, "expires": now + timedelta(seconds=key.key.window_secs)},
-        ).scalar()
-        if claimed is not None:
+        if conn.execute(_CLAIM, _claim_params(plan, key, now)).scalar() is not None:
             return None
-        held = conn.execute(_HOLDER, params).one()
-        return int(held.execution_id), held.execution_pool
+        held = _holder(conn, plan, key, now)
+        assert held is not None  # the claim failed with no guard: the key is held
+        return held
 
     def _duplicate(
         self,
