@@ -31,6 +31,7 @@ the projector. In order:
     .venv/bin/python bench/scale.py --executions 20000 --loops 300,1000 --starts 300   # quick check
     .venv/bin/python bench/scale.py --only bytes              # step 1 alone: the bytes table, in about a minute
     .venv/bin/python bench/scale.py --only fold [--burst 500]  # step 3 alone (about a minute)
+    .venv/bin/python bench/scale.py --only loop [--loops 10000]  # step 4 alone, on the empty database
 
 Ends with ``ratio start_300k``, ``ratio projector_fold_to_write``, ``ratio loop_last_to_first`` (the
 longest loop) and ``bytes per execution`` (before retention). Never fails on timing.
@@ -310,9 +311,10 @@ def main() -> None:
     parser.add_argument("--loops", default="2000,10000", help="sequential loop lengths, comma-separated")
     parser.add_argument(
         "--only",
-        choices=("bytes", "fold"),
+        choices=("bytes", "fold", "loop"),
         help="bytes: step 1 alone (no seeding, burst or loops), its table and last line; fold: step 3 alone "
-        "(after a warm-up of 50 executions), the burst and the ratio projector_fold_to_write",
+        "(after a warm-up of 50 executions), the burst and the ratio projector_fold_to_write; loop: step 4 "
+        "alone, on the empty database, and the ratio loop_last_to_first",
     )
     args = parser.parse_args()
     loops = [int(n) for n in args.loops.split(",") if n]
@@ -360,6 +362,9 @@ def main() -> None:
             fold = fold_against_write(api, engine, args.burst, f"http://127.0.0.1:{port + 2}")
             print_fold(args.burst, fold)
             return
+        if args.only == "loop":
+            print_loops({n: loop_cost(api, engine, n) for n in loops})
+            return
         size = bytes_per_execution(api, engine, settings, args.sample)
         print(f"progress: bytes per execution {size['total']:.0f} before retention", flush=True)
         if args.only == "bytes":
@@ -400,21 +405,28 @@ def main() -> None:
     for n, rate in rates.items():
         print(f"  at {n:>8} executions: {rate:7.1f} executions/s   ratio to empty {rate / rates[0]:.2f}")
     print_fold(args.burst, fold, ratio=False)
-    for n, r in loop_results.items():
-        print(
-            f"sequential loop of {n}: first hundred {r['first_ms']:.1f} ms/iteration, last hundred "
-            f"{r['last_ms']:.1f} ms/iteration, ratio {r['ratio']:.2f} ({r['iterations']} iterations)"
-        )
-    largest = loop_results[max(loop_results)] if loop_results else {"ratio": 0.0}
+    print_loops(loop_results, last=False)
     if args.executions != 300_000:
         print(f"(start_300k below is measured at {args.executions} executions: --executions)")
     print(f"ratio start_300k: {rates[args.executions] / rates[0]:.2f}")
     print(f"ratio projector_fold_to_write: {fold['folded_per_s'] / fold['written_per_s']:.2f}")
-
-    if not loop_results:
-        print("(no loop was run, --loops is empty: loop_last_to_first below is 0)")
-    print(f"ratio loop_last_to_first: {largest['ratio']:.2f}")
+    print_loops(loop_results, table=False)
     print(f"bytes per execution: {round(size['total'])}")
+
+
+def print_loops(results: dict[int, dict[str, float]], *, table: bool = True, last: bool = True) -> None:
+    """Step 4's lines; with ``last``, the ``ratio loop_last_to_first`` line (the longest loop's)."""
+    for n, r in results.items() if table else ():
+        print(
+            f"sequential loop of {n}: first hundred {r['first_ms']:.1f} ms/iteration, last hundred "
+            f"{r['last_ms']:.1f} ms/iteration, ratio {r['ratio']:.2f} ({r['iterations']} iterations)"
+        )
+    if not last:
+        return
+    if not results:
+        print("(no loop was run, --loops is empty: loop_last_to_first below is 0)")
+    largest = results[max(results)] if results else {"ratio": 0.0}
+    print(f"ratio loop_last_to_first: {largest['ratio']:.2f}")
 
 
 def print_bytes(sample: int, size: dict[str, Any], *, last: bool = True) -> None:

@@ -359,6 +359,8 @@ projection = Table(
     Column("organization_id", Text, primary_key=True),
     Column("execution_id", BigInteger, primary_key=True, autoincrement=False),
     Column("projection_type", Text, primary_key=True),
+    # A surface's rows sorted by id, in pages (replay/pages.py); the last page's checksum is the surface's.
+    Column("page", Integer, primary_key=True, autoincrement=False, server_default=text("0")),
     Column("version", BigInteger, nullable=False),
     Column("state", JSONB, nullable=False),
     Column("checksum", Text, nullable=False),

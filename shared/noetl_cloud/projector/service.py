@@ -43,7 +43,7 @@ from noetl_cloud.errors import NotFound
 from noetl_cloud.projector import catchup
 from noetl_cloud.projector.cache import Scope, SurfaceCache
 from noetl_cloud.replay import postgres as sql
-from noetl_cloud.replay import snapshot_store
+from noetl_cloud.replay import projection_rows, snapshot_store
 from noetl_cloud.replay.reducers import REDUCER_VERSION, fold, touches
 from noetl_cloud.replay.snapshots import Snapshot, capture
 from noetl_cloud.replay.state import LINEAGE, ReplayState
@@ -215,7 +215,7 @@ class Projector:
         was not the tracking row any more (nothing written)."""
         now = self.clock()
         lag_ms = max(0, int((now - parse_time(events[-1]["ingest_time"])).total_seconds() * 1000))
-        written = sql.save_projection(
+        written = projection_rows.save_projection(
             conn,
             state,
             tenant_id=scope[0],
@@ -294,7 +294,7 @@ class Projector:
             tracking = locked[0]
         fresh = tracking is None or not tracking.folded_with(digest, REDUCER_VERSION)
         if tracking is not None and not fresh:
-            if delivered is None and not sql.rows_consistent(conn, *scope, tracking):
+            if delivered is None and not projection_rows.rows_consistent(conn, *scope, tracking):
                 fresh = True  # a rebuild: a row missing, ahead of the tracking row or folded otherwise
             elif (delivered is None or delivered <= tracking.position) and tracking.version:
                 if sql.count_upto(conn, *scope, tracking.position) != tracking.version:
@@ -373,7 +373,7 @@ class Projector:
         snapshot_due = every > 0 and tracking.version // every != (tracking.version + len(events)) // every
         need = set(sql.KINDS if snapshot_due else kinds)
         cached = self.cache.take(scope, tracking.version, self.registry.digest)
-        state = sql.load_state(conn, *scope, tracking, need - set(cached))
+        state = projection_rows.load_state(conn, *scope, tracking, need - set(cached))
         if state is None:
             return None, kinds, set()
         for kind, rows in cached.items():  # as this instance committed them at this very version

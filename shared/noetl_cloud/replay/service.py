@@ -20,6 +20,7 @@ from noetl_cloud.replay import postgres as sql
 from noetl_cloud.replay import snapshot_store
 from noetl_cloud.replay.archived import ArchiveReader, cut
 from noetl_cloud.replay.payloads import PayloadFetcher, summarize
+from noetl_cloud.replay.projection_rows import live_checksums
 from noetl_cloud.replay.reducers import REDUCER_VERSION, fold
 from noetl_cloud.replay.snapshots import choose
 from noetl_cloud.replay.state import CHECKSUM_ALGORITHM, SURFACES, ReplayState
@@ -149,8 +150,8 @@ class ReplayService:
         fresh = replayed.state.surface_checksums()
         with self.engine.connect() as conn:
             tracking = sql.load_tracking(conn, tenant_id, organization_id, execution_id)
-            live_checksums = sql.live_checksums(conn, tenant_id, organization_id, execution_id, tracking)
-        drift = [name for name in SURFACES if live_checksums.get(name) != fresh[name]]
+            live = live_checksums(conn, tenant_id, organization_id, execution_id, tracking)
+        drift = [name for name in SURFACES if live.get(name) != fresh[name]]
         summary = tracking.summary() if tracking is not None else {"exists": False}
         return {
             "tenant_id": tenant_id,
@@ -158,7 +159,7 @@ class ReplayService:
             "execution_id": execution_id,
             "ok": not drift,
             "drift": drift,
-            "live": {**summary, "projection_checksums": live_checksums},
+            "live": {**summary, "projection_checksums": live},
             "replayed": {
                 "event_count": replayed.state.event_count,
                 "last_event_id": replayed.state.last_event_id,

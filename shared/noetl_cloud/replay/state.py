@@ -40,12 +40,13 @@ class ReplayState:
     # -- canonical form ---------------------------------------------------------------------------
 
     def rows(self, surface: str) -> list[Row]:
-        """A surface's rows sorted by id: the form its checksum is taken over."""
+        """A surface's rows sorted by id: the form its checksum is taken over (read as the stored form
+        is, not handed out to a fold: :class:`~noetl_cloud.replay.pages.PagedRows`)."""
         table = self.surfaces[surface]
-        return [table[key] for key in sorted(table)]
+        return [dict.__getitem__(table, key) for key in sorted(table)]
 
     def lineage(self) -> list[Row]:
-        return [self.payload_refs[key] for key in sorted(self.payload_refs)]
+        return [dict.__getitem__(self.payload_refs, key) for key in sorted(self.payload_refs)]
 
     def to_dict(self) -> dict[str, Any]:
         """Everything a snapshot or a projection needs to resume folding."""

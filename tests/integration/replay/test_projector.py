@@ -435,7 +435,7 @@ def test_a_fold_at_the_tip_takes_the_surfaces_this_instance_committed_and_loads_
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements.setdefault(who, []).append(" ".join(statement.split()))
-        if "SELECT projection_type, version, state" in statement:
+        if "SELECT projection_type, page, version, state" in statement:
             loads[who] = loads.get(who, 0) + 1
 
     engines = (projector_role.engine, projector_role.reader)
