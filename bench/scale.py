@@ -7,10 +7,10 @@ fresh database of the local stack, the Pub/Sub emulator pushing commands to the 
 the projector. In order:
 
 1. ``--sample`` 3-step noop executions run to the end, twice; once the relay deleted their published
-   outbox rows (and the outbox was vacuumed, as autovacuum does in service), the growth of every table
+   outbox rows and every table was vacuumed (as autovacuum does in service), the growth of every table
    (all partitions, indexes and TOAST, on disk) over the second sample divided by its size is the bytes
-   per execution (the second: the pages the first one's published outbox rows freed are reused, as in
-   service). Their rows are kept as the seeding template. Then retention (an archive
+   per execution (the second: the pages the first one's published outbox rows and superseded row
+   versions freed are reused, as in service). Their rows are kept as the seeding template. Then retention (an archive
    folder, its clock 40 days ahead) archives them and drops what nothing live needs; the bytes left
    per execution (after ``VACUUM FULL``) and the Parquet archive's bytes per execution are printed.
 2. Start throughput (best of two runs of ``--starts`` single ``POST /api/execute`` from 8 threads, into a pool no worker
@@ -135,17 +135,25 @@ def wait_ended(engine: Engine, ids: list[str], timeout: float) -> None:
 
 
 def _run_sample(api: Api, engine: Engine, sample: int) -> list[str]:
-    """``sample`` 3-step executions run to their end, their outbox rows published and deleted, and the
-    outbox vacuumed (what autovacuum does within a minute in service: the table keeps only what is
-    still to publish, and the pages its published rows held are reused by the next ones)."""
+    """``sample`` 3-step executions run to their end, their outbox rows published and deleted, their
+    projection folded, and every table vacuumed (what autovacuum does within a minute in service: the
+    outbox keeps only what is still to publish, and the pages its published rows and the superseded
+    versions of updated rows (commands, executions, streams, projections) held are reused by the next
+    executions)."""
     ids = api.batch("bench/three", sample)
     wait_ended(engine, ids, timeout=600)
     if not wait_until(lambda: scalar(engine, "SELECT count(*) FROM outbox") == 0, timeout=120, interval=0.5):
         print(f"  note: {scalar(engine, 'SELECT count(*) FROM outbox')} outbox rows still there after 120 s")
-    folded = "SELECT count(*) FROM projection WHERE execution_id = ANY(CAST(:ids AS bigint[]))"
-    wait_until(lambda: scalar(engine, folded, ids="{" + ",".join(ids) + "}") > 0, timeout=60, interval=0.5)
+    folded = (
+        "SELECT count(*) FROM projection_tracking t WHERE execution_id = ANY(CAST(:ids AS bigint[])) "
+        "AND version = (SELECT count(*) FROM event e WHERE e.execution_id = t.execution_id)"
+    )
+    listed = "{" + ",".join(ids) + "}"
+    if not wait_until(lambda: scalar(engine, folded, ids=listed) == len(ids), timeout=120, interval=0.5):
+        print(f"  note: {len(ids) - scalar(engine, folded, ids=listed)} projections still behind after 120 s")
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("VACUUM outbox"))
+        for table in TABLES:
+            conn.execute(text(f"VACUUM {table}"))
     return ids
 
 
