@@ -18,12 +18,11 @@ the projector. In order:
    seeding to ``--executions``. Seeding clones the template's rows (execution, stream, events, commands,
    projections) with new snowflake ids in bulk ``INSERT ... SELECT ... generate_series`` statements,
    then ``VACUUM ANALYZE`` and a checkpoint (a table in service grows gradually, autovacuum keeping up).
-3. A burst of ``--burst`` 3-step executions through the worker; events written per second by the
-   burst against events folded per second by the projector role over the same window (the rise of the
-   sum over executions of their highest projection version: a projector still folding the start runs'
-   events is measured at the rate it folds them).
-   Folded is read from ``projection_tracking.version`` (the events each execution's projection has
-   folded). bench/projector_fold.py measures the projector role alone, in process, at the tip and behind.
+3. A burst of ``--burst`` 3-step executions through the worker, a sampler beside it
+   (bench/scale_fold.py): events written per second over the writing span against events folded per
+   second over the folding span (the rise of ``projection_tracking.version`` summed over the burst's
+   executions), and how long after the last write the projection was current. bench/projector_fold.py
+   measures the projector role alone, in process, at the tip and behind.
 4. Sequential noop loops of each ``--loops`` length: per-iteration cost is the time from one
    iteration's command to the next's; the mean of the last hundred over the mean of the first hundred.
 
@@ -60,11 +59,12 @@ from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.envelope import utc_now
 from noetl_cloud.local.process import stop_group, wait_until
 from noetl_cloud.local.stack import LocalStack
-from noetl_cloud.retention.partitions import ensure_ahead, first_id
+from noetl_cloud.retention.partitions import ensure_ahead
 from noetl_cloud.retention.service import RetentionService
 from noetl_cloud.settings import Settings
 from noetl_cloud.web.client import ApiClient, static_token
 from scale_db import CLONED, TABLES, fresh_database, scalar, seed, settle, table_bytes
+from scale_fold import fold_against_write, print_fold
 
 TOKEN = secrets.token_hex(16)
 IDLE_POOL = "scale-idle"  # a pool with a topic and no worker: started executions stay issued
@@ -232,38 +232,17 @@ def projector_process(projector: str) -> dict[str, Any]:
     return dict(answer.json["process"])
 
 
-def fold_against_write(api: Api, engine: Engine, burst: int, projector: str | None = None) -> dict[str, float]:
-    # The whole stack's figure (bench/projector_fold.py measures the projector alone). Written: the burst's
-    # events. Folded: every event the projector folded over the same window (the rise of the events its
-    # tracking rows count), whichever execution it belongs to: a projector still folding an earlier backlog
-    # is measured at the rate it folds, not at zero.
-    lowest = first_id(utc_now())
-    folded_sql = "SELECT coalesce(sum(version), 0) FROM projection_tracking"
-    folded_before = int(scalar(engine, folded_sql))
-    process_before = projector_process(projector) if projector else {}
-    begin = time.perf_counter()
-    ids = api.batch("bench/three", burst)
-    wait_ended(engine, ids, timeout=900)
-    window = time.perf_counter() - begin
-    folded = int(scalar(engine, folded_sql)) - folded_before
-    process = projector_process(projector) if projector else {}
-    # The projector's deliveries over the window: with the emulator's push, their rate (not the fold's cost)
-    # bounds what is folded while the burst is written.
-    counted = ("deliveries", "duplicates", "locked_folds", "applied_events")
-    deliveries = {k: process[k] - process_before[k] for k in counted} if projector else {}
-    written = int(scalar(engine, "SELECT count(*) FROM event WHERE execution_id >= :lo", lo=lowest))
-    behind_sql = "SELECT coalesce(sum(version), 0) FROM projection_tracking WHERE execution_id >= :lo"
-    caught_up = time.perf_counter()
-    wait_until(lambda: int(scalar(engine, behind_sql, lo=lowest)) >= written, timeout=300, interval=1.0)
-    return {
-        "written_per_s": written / window,
-        "folded_per_s": folded / window,
-        "catch_up_s": time.perf_counter() - caught_up,
-        "written": written,
-        "folded": folded,
-        "window_s": window,
-        **{f"{k}_in_window": float(v) for k, v in deliveries.items()},
-    }
+def burst(api: Api, engine: Engine, n: int, projector: str) -> dict[str, float]:
+    """Step 3 (bench/scale_fold.py): ``n`` 3-step executions through the worker, the projector beside."""
+    with engine.connect() as conn:  # the scope of the bench's executions (the warm-up's, the samples')
+        scope = conn.execute(text("SELECT tenant_id, organization_id FROM execution LIMIT 1")).one()
+    return fold_against_write(
+        lambda: api.batch("bench/three", n),
+        lambda ids: wait_ended(engine, ids, timeout=900),
+        engine,
+        (scope[0], scope[1]),
+        lambda: projector_process(projector),
+    )
 
 
 # -- 4. sequential loops --------------------------------------------------------------------------
@@ -291,23 +270,6 @@ def loop_cost(api: Api, engine: Engine, n: int) -> dict[str, float]:
         "last_ms": statistics.mean(tail) * 1000,
         "ratio": statistics.mean(tail) / statistics.mean(head),
     }
-
-
-def print_fold(burst: int, fold: dict[str, float], *, ratio: bool = True) -> None:
-    print(
-        f"burst of {burst} 3-step executions: {fold['written']} events written in {fold['window_s']:.1f} s "
-        f"({fold['written_per_s']:.0f}/s); the projector folded {fold['folded']} events over that window "
-        f"({fold['folded_per_s']:.0f}/s, of any execution); the burst's all folded {fold['catch_up_s']:.1f} s after"
-    )
-    if "deliveries_in_window" in fold:
-        print(
-            f"  the projector took {fold['deliveries_in_window']:.0f} deliveries over the window "
-            f"({fold['deliveries_in_window'] / fold['window_s']:.0f}/s; {fold['duplicates_in_window']:.0f} duplicates, "
-            f"{fold.get('locked_folds_in_window', 0):.0f} folded under the lock, "
-            f"{fold['applied_events_in_window']:.0f} events applied)"
-        )
-    if ratio:
-        print(f"ratio projector_fold_to_write: {fold['folded_per_s'] / fold['written_per_s']:.2f}")
 
 
 def main() -> None:
@@ -367,8 +329,7 @@ def main() -> None:
         api.register(PLAYBOOK)
         if args.only == "fold":
             wait_ended(engine, api.batch("bench/three", 50), timeout=300)  # warm: connections, statements
-            fold = fold_against_write(api, engine, args.burst, f"http://127.0.0.1:{port + 2}")
-            print_fold(args.burst, fold)
+            print_fold(args.burst, burst(api, engine, args.burst, f"http://127.0.0.1:{port + 2}"))
             return
         if args.only == "loop":
             print_loops({n: loop_cost(api, engine, n) for n in loops})
@@ -393,7 +354,7 @@ def main() -> None:
             print(
                 f"progress: start throughput at {target}: {rates[target]:.1f}/s (empty: {rates[0]:.1f}/s)", flush=True
             )
-        fold = fold_against_write(api, engine, args.burst, f"http://127.0.0.1:{port + 2}")
+        fold = burst(api, engine, args.burst, f"http://127.0.0.1:{port + 2}")
         print(f"progress: fold {fold['folded_per_s']:.0f}/s, write {fold['written_per_s']:.0f}/s", flush=True)
         loop_results = {}
         for n in loops:

@@ -89,3 +89,28 @@ def test_a_write_after_an_idle_ping_commits_by_itself_and_the_ping_leaves_no_tra
             assert conn.execute(text("SELECT count(*) FROM pinged")).scalar_one() == 1  # committed
     finally:
         engine.dispose()
+
+
+def test_timestamptz_values_read_as_pg8000_reads_them_in_every_form_the_server_sends(db_engine: Engine) -> None:
+    import pg8000.converters
+
+    from noetl_cloud.db import engine as engine_module
+
+    values = (
+        "2026-11-27 08:12:16.378367+00",
+        "2026-11-27 08:12:16+00",
+        "1999-01-08 04:05:06.5+05:30",
+        "2026-02-28 23:59:59.999999-08",
+    )
+    with db_engine.connect() as conn:
+        assert conn.connection.dbapi_connection.pg_types[1184] is engine_module._timestamptz_in  # not strptime
+        conn.execute(text("SET TIME ZONE 'Asia/Kolkata'"))  # offsets other than +00 come back too
+        for value in values:
+            read = conn.execute(
+                text("SELECT CAST(:v AS timestamptz) AS at, CAST(CAST(:v AS timestamptz) AS text)"), {"v": value}
+            ).one()
+            assert read.at == pg8000.converters.timestamptz_in(read[1])  # the driver's own reading
+            assert read.at.utcoffset() is not None
+        infinite = conn.execute(text("SELECT CAST('infinity' AS timestamptz)")).scalar_one()
+        assert infinite == "infinity"  # what pg8000 itself answers for a value past datetime's range
+        conn.execute(text("RESET TIME ZONE"))
