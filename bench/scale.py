@@ -13,11 +13,15 @@ the projector. In order:
    versions freed are reused, as in service). Their rows are kept as the seeding template. Then retention (an archive
    folder, its clock 40 days ahead) archives them and drops what nothing live needs; the bytes left
    per execution (after ``VACUUM FULL``) and the Parquet archive's bytes per execution are printed.
-2. Start throughput (best of two runs of ``--starts`` single ``POST /api/execute`` from 8 threads, into a pool no worker
-   serves, so nothing else runs) on the empty database, after seeding to ``--executions / 3`` and after
-   seeding to ``--executions``. Seeding clones the template's rows (execution, stream, events, commands,
-   projections) with new snowflake ids in bulk ``INSERT ... SELECT ... generate_series`` statements,
-   then ``VACUUM ANALYZE`` and a checkpoint (a table in service grows gradually, autovacuum keeping up).
+2. Start throughput (the best of two runs of ``--starts`` single ``POST /api/execute`` from 8 threads,
+   into a pool no worker serves, so nothing else runs) on the database when it is empty, after seeding
+   to ``--executions / 3`` and after seeding to ``--executions``, each measured back to back with the
+   same on a twin database kept near empty (its own execute and projector roles; runs interleaved twin,
+   grown, grown, twin): the ratio at a size is grown over twin, measured seconds apart, not against the
+   empty run minutes earlier on a machine whose load moves (that ratio is printed too). Seeding clones
+   the template's rows (execution, stream, events, commands, projections) with new snowflake ids in
+   bulk ``INSERT ... SELECT ... generate_series`` statements, then ``VACUUM ANALYZE`` and a checkpoint
+   (a table in service grows gradually, autovacuum keeping up).
 3. A burst of ``--burst`` 3-step executions through the worker, a sampler beside it
    (bench/scale_fold.py): events written per second over the writing span against events folded per
    second over the folding span (the rise of ``projection_tracking.version`` summed over the burst's
@@ -67,6 +71,7 @@ from scale_db import CLONED, TABLES, fresh_database, scalar, seed, settle, table
 from scale_fold import fold_against_write, print_fold
 
 TOKEN = secrets.token_hex(16)
+TWIN_DB = "bench_scale_twin"
 IDLE_POOL = "scale-idle"  # a pool with a topic and no worker: started executions stay issued
 LOOP = """\
 apiVersion: noetl.io/v2
@@ -209,6 +214,42 @@ def bytes_per_execution(api: Api, engine: Engine, settings: Settings, sample: in
 # -- 2. start throughput at growing sizes ---------------------------------------------------------
 
 
+def start_twin(
+    env: dict[str, str],
+    common: dict[str, str],
+    port: int,
+    pubsub_clients: tuple[Any, Any],
+    cleanup: tuple[list[Any], list[str]],
+) -> tuple[Api, Engine]:
+    """The twin of step 2: a fresh database with an execute role (``port``) and a projector role
+    (``port + 1``) of its own, on an events topic of its own; its processes and subscription go to
+    ``cleanup``."""
+    publisher, subscriber = pubsub_clients
+    procs, subs = cleanup
+    url = fresh_database(env["NOETL_DATABASE_URL"], TWIN_DB)
+    topic = common["NOETL_EVENTS_TOPIC"] + "-twin"
+    publisher.create_topic(name=f"projects/{PROJECT}/topics/{topic}")
+    twin_env = {**common, "NOETL_DATABASE_URL": url, "NOETL_EVENTS_TOPIC": topic}
+    procs.append(start_role("execute", twin_env, port, workers=2, threads=8))
+    procs.append(start_role("projector", twin_env, port + 1, workers=1, threads=8))
+    subs.append(push_subscription(subscriber, topic, f"{topic}-p", f"http://127.0.0.1:{port + 1}/?token={TOKEN}"))
+    api = Api(f"http://127.0.0.1:{port}")
+    api.register(PLAYBOOK)
+    return api, create_engine(normalize_url(url), pool_size=2)
+
+
+def back_to_back(grown: tuple[Api, Engine], twin: tuple[Api, Engine], n: int) -> tuple[float, float]:
+    """Start throughput on the grown database and on its twin (a database kept near empty, with its own
+    execute and projector roles), interleaved twin, grown, grown, twin: the best of two runs each, a few
+    seconds apart, so a change in the machine's load between sizes does not read as a change with size."""
+    settle(twin[1])  # as the grown one is after its seeding: vacuumed, analyzed, checkpointed
+    rates: dict[str, float] = {"twin": 0.0, "grown": 0.0}
+    for side in ("twin", "grown", "grown", "twin"):
+        api, engine = twin if side == "twin" else grown
+        rates[side] = max(rates[side], start_rate(api, engine, n, repeats=1))
+    return rates["grown"], rates["twin"]
+
+
 def start_rate(api: Api, engine: Engine, n: int, repeats: int = 2) -> float:
     """Executions started per second: the best of ``repeats`` runs of ``n`` (the machine is shared: the
     best run is the one least disturbed), each once the relay has published what the last one wrote."""
@@ -340,9 +381,10 @@ def main() -> None:
             print_bytes(args.sample, size)
             return
         settle(engine)
-        # Warm: connections, prepared statements, the catalog cache.
-        start_rate(api, engine, max(50, args.starts // 5), repeats=1)
-        rates = {0: start_rate(api, engine, args.starts)}
+        twin = start_twin(env, common, port + 3, (publisher, subscriber), (procs, subs))
+        for side in ((api, engine), twin):  # warm: connections, prepared statements, the catalog cache
+            start_rate(*side, max(50, args.starts // 5), repeats=1)
+        rates = {0: back_to_back((api, engine), twin, args.starts)}
         mid = args.executions // 3
         seeded = 0
         for target in (mid, args.executions):
@@ -350,10 +392,9 @@ def main() -> None:
             seed(engine, size["template"], seeded, target - seeded)
             print(f"seeded {target - seeded} executions in {time.perf_counter() - begin:.1f} s", flush=True)
             seeded = target
-            rates[target] = start_rate(api, engine, args.starts)
-            print(
-                f"progress: start throughput at {target}: {rates[target]:.1f}/s (empty: {rates[0]:.1f}/s)", flush=True
-            )
+            rates[target] = back_to_back((api, engine), twin, args.starts)
+            grown, near_empty = rates[target]
+            print(f"progress: start throughput at {target}: {grown:.1f}/s (twin: {near_empty:.1f}/s)", flush=True)
         fold = burst(api, engine, args.burst, f"http://127.0.0.1:{port + 2}")
         print(f"progress: fold {fold['folded_per_s']:.0f}/s, write {fold['written_per_s']:.0f}/s", flush=True)
         loop_results = {}
@@ -370,14 +411,21 @@ def main() -> None:
             proc.wait()
 
     print_bytes(args.sample, size, last=False)
-    print(f"start throughput (best of 2 x {args.starts} single starts, 8 threads; {event_rows} event rows at the end):")
-    for n, rate in rates.items():
-        print(f"  at {n:>8} executions: {rate:7.1f} executions/s   ratio to empty {rate / rates[0]:.2f}")
+    print(
+        f"start throughput (best of 2 x {args.starts} single starts, 8 threads, back to back with the twin "
+        f"database; {event_rows} event rows at the end):"
+    )
+    for n, (grown, near_empty) in rates.items():
+        print(
+            f"  at {n:>8} executions: {grown:7.1f}/s, twin {near_empty:7.1f}/s: ratio {grown / near_empty:.2f}"
+            f"   (to this database's own run at 0, minutes earlier: {grown / rates[0][0]:.2f})"
+        )
     print_fold(args.burst, fold, ratio=False)
     print_loops(loop_results, last=False)
     if args.executions != 300_000:
         print(f"(start_300k below is measured at {args.executions} executions: --executions)")
-    print(f"ratio start_300k: {rates[args.executions] / rates[0]:.2f}")
+    grown, near_empty = rates[args.executions]
+    print(f"ratio start_300k: {grown / near_empty:.2f}")
     print(f"ratio projector_fold_to_write: {fold['folded_per_s'] / fold['written_per_s']:.2f}")
     print_loops(loop_results, table=False)
     print(f"bytes per execution: {round(size['total'])}")

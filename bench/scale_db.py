@@ -42,8 +42,8 @@ CLONED = (
 )
 
 
-def fresh_database(base_url: str) -> str:
-    return execute.fresh_database(base_url, DB)
+def fresh_database(base_url: str, name: str = DB) -> str:
+    return execute.fresh_database(base_url, name)
 
 
 def table_bytes(engine: Engine) -> dict[str, int]:
