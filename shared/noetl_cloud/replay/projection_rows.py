@@ -66,14 +66,18 @@ _DELETE_OTHER_ROWS = (
     "AND (NOT (projection_type = ANY(CAST(:keep AS text[]))) "
     "OR page >= COALESCE(CAST(CAST(:pages AS jsonb) ->> projection_type AS integer), 2147483647))"
 )
-_UPSERT_SUFFIX = (
+_UPSERT = (
     "ON CONFLICT (tenant_id, organization_id, execution_id, projection_type, page) DO UPDATE SET "
     "version = EXCLUDED.version, state = EXCLUDED.state, checksum = EXCLUDED.checksum, "
     "upcaster_registry_digest = EXCLUDED.upcaster_registry_digest, reducer_version = EXCLUDED.reducer_version "
-    "WHERE projection.version < EXCLUDED.version "
+    "WHERE projection.version {newer} EXCLUDED.version "
     "OR projection.upcaster_registry_digest <> EXCLUDED.upcaster_registry_digest "
     "OR projection.reducer_version <> EXCLUDED.reducer_version"
 )
+_UPSERT_SUFFIX = _UPSERT.format(newer="<")
+# A refold (under the lock) rewrites every page, also those at its own version: a page's rows move when
+# the pages before it change size (a projection stored before pages, refolded because a row was missing).
+_REFOLD_UPSERT_SUFFIX = _UPSERT.format(newer="<=")
 
 
 def rows_consistent(
@@ -227,7 +231,7 @@ def save_projection(
         if stored is None or shrunk:  # a refold: rows of kinds now empty (folded otherwise) go, and pages past the end
             scope = scope_params(tenant_id, organization_id, execution_id)
             batch.statement(_DELETE_OTHER_ROWS, {**scope, "keep": row_kinds, "pages": canonical_json(counts)})
-        batch.insert(projection, rows, suffix=_UPSERT_SUFFIX)
+        batch.insert(projection, rows, suffix=_REFOLD_UPSERT_SUFFIX if stored is None else _UPSERT_SUFFIX)
         batch.insert(projection_tracking, [tracking], suffix=_TRACKING_UPSERT_SUFFIX)
         batch.execute(conn)
         return written

@@ -126,3 +126,34 @@ def test_a_surface_stored_in_one_row_before_pages_is_rewritten_in_pages_at_its_n
     assert len(pages) == page_count(sum(rows for rows, _at, _sum in pages.values())) > 1
     report = _verify(rclient, eid)
     assert report["ok"], report
+
+
+def test_a_refold_at_the_same_version_rewrites_the_pages_of_a_surface_stored_before_pages(
+    rclient: FlaskClient, rplane: ControlPlane, projector_role: ProjectorRole
+) -> None:
+    register(rclient, LOOP)
+    driver = Driver(rclient, rplane.engine)
+    eid = driver.start("pages/loop")
+    projector = Projector(projector_role.engine, projector_role.registry, cache_rows=0)
+    driver.run_to_end(eid)
+    assert projector.handle(_last_event(rplane, eid)).outcome == "applied"
+    with rplane.engine.begin() as conn:  # every command in page 0, at the version it had, and a row lost
+        conn.execute(
+            text(
+                "WITH whole AS (SELECT jsonb_agg(r ORDER BY r ->> 'id') AS rows FROM projection, "
+                "jsonb_array_elements(state) r WHERE execution_id = :e AND projection_type = 'commands') "
+                "UPDATE projection SET state = (SELECT rows FROM whole) "
+                "WHERE execution_id = :e AND projection_type = 'commands' AND page = 0"
+            ),
+            {"e": int(eid)},
+        )
+        conn.execute(
+            text("DELETE FROM projection WHERE execution_id = :e AND (page > 0 OR projection_type = 'stages')"),
+            {"e": int(eid)},
+        )
+    rebuilt = projector.project("acme", "ops", eid)  # a row missing: refolded from the first event, same version
+    assert rebuilt.refolded
+    pages = _pages(rplane, eid)
+    assert [rows for rows, _at, _sum in pages.values()][:-1] == [PAGE_ROWS] * (len(pages) - 1)
+    report = _verify(rclient, eid)
+    assert report["ok"], report
