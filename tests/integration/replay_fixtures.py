@@ -15,6 +15,7 @@ from flask.testing import FlaskClient
 from google.api_core.exceptions import NotFound
 from google.cloud import pubsub_v1
 from pydantic import SecretStr
+from sqlalchemy import text
 
 from noetl_cloud.auth.internal import InternalAuth
 from noetl_cloud.control.app import build_app
@@ -124,6 +125,17 @@ def projector_client(projector_role: ProjectorRole) -> FlaskClient:
 
 
 API_HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def last_event(plane: ControlPlane, eid: str) -> int:
+    """The id of the execution's last event (what a delivery of its latest write names)."""
+    with plane.engine.connect() as conn:
+        return int(
+            conn.execute(
+                text("SELECT event_id FROM event WHERE execution_id = :e ORDER BY position DESC LIMIT 1"),
+                {"e": int(eid)},
+            ).scalar_one()
+        )
 
 
 def push_body(data: dict[str, Any], attributes: dict[str, str] | None = None) -> dict[str, Any]:

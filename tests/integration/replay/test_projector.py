@@ -17,7 +17,14 @@ from noetl_cloud.projector.bootstrap import ProjectorRole
 from noetl_cloud.replay.service import Cutoff
 from tests.integration.control_fixtures import register
 from tests.integration.distributed_driver import ENDED, Driver, golden_content
-from tests.integration.replay_fixtures import API_HEADERS, PUSH_TOKEN, EventsTopic, chain_playbook, push_body
+from tests.integration.replay_fixtures import (
+    API_HEADERS,
+    PUSH_TOKEN,
+    EventsTopic,
+    chain_playbook,
+    last_event,
+    push_body,
+)
 
 SCOPE = {"tenant_id": "acme", "organization_id": "ops"}
 
@@ -204,16 +211,6 @@ def test_a_projection_folded_with_another_registry_is_refolded_from_the_first_ev
     assert _verify(rclient, eid)["ok"]
 
 
-def _last_event(plane: ControlPlane, eid: str) -> int:
-    with plane.engine.connect() as conn:
-        return int(
-            conn.execute(
-                text("SELECT event_id FROM event WHERE execution_id = :e ORDER BY position DESC LIMIT 1"),
-                {"e": int(eid)},
-            ).scalar_one()
-        )
-
-
 def test_a_delivery_folds_its_batch_onto_the_surfaces_it_touches_and_a_duplicate_reads_no_projection_state(
     rclient: FlaskClient, rplane: ControlPlane, projector_role: ProjectorRole
 ) -> None:
@@ -221,19 +218,19 @@ def test_a_delivery_folds_its_batch_onto_the_surfaces_it_touches_and_a_duplicate
     driver = Driver(rclient, rplane.engine)
     eid = driver.start("projector/live")
     projector = projector_role.projector
-    results = [projector.handle(_last_event(rplane, eid))]  # the projector keeps up: one delivery per write
+    results = [projector.handle(last_event(rplane, eid))]  # the projector keeps up: one delivery per write
     claim = driver.claim
 
     def claim_and_deliver(command_id: str) -> Any:
         answer = claim(command_id)
-        results.append(projector.handle(_last_event(rplane, eid)))  # the claim's write: command.claimed
+        results.append(projector.handle(last_event(rplane, eid)))  # the claim's write: command.claimed
         return answer
 
     driver.claim = claim_and_deliver  # type: ignore[method-assign]
     while driver.status(eid)["status"] not in ENDED:
         (command,) = driver.issued(eid)
         driver.run_one(command)
-        results.append(projector.handle(_last_event(rplane, eid)))
+        results.append(projector.handle(last_event(rplane, eid)))
     assert [r.outcome for r in results] == ["applied"] * len(results)
     # A first fold writes the row kinds that have rows; the empty surfaces get none.
     assert results[0].surfaces == ["execution", "stages", "commands"]
@@ -264,7 +261,7 @@ def test_a_delivery_folds_its_batch_onto_the_surfaces_it_touches_and_a_duplicate
     for engine in engines:
         event.listen(engine, "before_cursor_execute", record)
     try:
-        again = projector.handle(_last_event(rplane, eid))
+        again = projector.handle(last_event(rplane, eid))
     finally:
         for engine in engines:
             event.remove(engine, "before_cursor_execute", record)
@@ -286,7 +283,7 @@ def test_snapshots_are_pruned_to_the_newest_and_the_anchors_and_stored_compresse
     while driver.status(eid)["status"] not in ENDED:  # live: a delivery per write, snapshots as the count passes
         (command,) = driver.issued(eid)
         driver.run_one(command)
-        snapshots += projector.handle(_last_event(rplane, eid)).snapshots
+        snapshots += projector.handle(last_event(rplane, eid)).snapshots
     with rplane.engine.connect() as conn:
         kept = conn.execute(
             text(
@@ -326,7 +323,7 @@ def test_catch_up_folds_only_the_lagging_executions_among_the_events_written_sin
     driver = Driver(rclient, rplane.engine, seed=5)
     projector = projector_role.projector
     current, partly, lost = (driver.start("projector/lost") for _ in range(3))
-    assert projector.handle(_last_event(rplane, partly)).outcome == "applied"  # folds its start only
+    assert projector.handle(last_event(rplane, partly)).outcome == "applied"  # folds its start only
     for eid in (current, partly, lost):
         driver.run_to_end(eid)
     assert projector.project("acme", "ops", current).outcome == "applied"  # its deliveries all arrived
@@ -403,11 +400,11 @@ def test_concurrent_deliveries_of_one_execution_fold_each_event_exactly_once(
     eid = driver.start("projector/concurrent")
     projector = projector_role.projector
     with ThreadPoolExecutor(4) as pool:  # four instances taking deliveries while the execution is written
-        pending = [pool.submit(projector.handle, _last_event(rplane, eid)) for _ in range(4)]
+        pending = [pool.submit(projector.handle, last_event(rplane, eid)) for _ in range(4)]
         while driver.status(eid)["status"] not in ENDED:
             (command,) = driver.issued(eid)
             driver.run_one(command)
-            pending += [pool.submit(projector.handle, _last_event(rplane, eid)) for _ in range(3)]
+            pending += [pool.submit(projector.handle, last_event(rplane, eid)) for _ in range(3)]
         results = [f.result() for f in pending]
     with rplane.engine.connect() as conn:
         total = conn.execute(text("SELECT count(*) FROM event WHERE execution_id = :e"), {"e": int(eid)}).scalar_one()
@@ -428,7 +425,7 @@ def test_a_fold_at_the_tip_takes_the_surfaces_this_instance_committed_and_loads_
     eid = driver.start("projector/cache")
     cached = projector_role.projector
     uncached = Projector(projector_role.engine, projector_role.registry, cache_rows=0)
-    assert cached.handle(_last_event(rplane, eid)).outcome == "applied"
+    assert cached.handle(last_event(rplane, eid)).outcome == "applied"
     loads: dict[str, int] = {}
     statements: dict[str, list[str]] = {}
     who = ""
@@ -446,7 +443,7 @@ def test_a_fold_at_the_tip_takes_the_surfaces_this_instance_committed_and_loads_
             who = name
             (command,) = driver.issued(eid)
             driver.run_one(command)  # a claim and a report: two writes, one batch
-            assert projector.handle(_last_event(rplane, eid)).outcome == "applied"
+            assert projector.handle(last_event(rplane, eid)).outcome == "applied"
     finally:
         for engine in engines:
             event.remove(engine, "before_cursor_execute", record)
@@ -475,10 +472,10 @@ def test_a_fold_at_the_tip_writes_nothing_when_another_fold_committed_since_its_
     driver = Driver(rclient, rplane.engine)
     eid = driver.start("projector/race")
     first, other = projector_role.projector, Projector(projector_role.engine, projector_role.registry)
-    assert first.handle(_last_event(rplane, eid)).outcome == "applied"
+    assert first.handle(last_event(rplane, eid)).outcome == "applied"
     (command,) = driver.issued(eid)
     driver.run_one(command)
-    last = _last_event(rplane, eid)
+    last = last_event(rplane, eid)
     with projector_role.reader.connect() as conn:
         stale = postgres.delivery(conn, last)  # the first read of one instance ...
     assert stale is not None and stale.tracking is not None and stale.position > stale.tracking.position
@@ -504,7 +501,7 @@ def test_empty_surfaces_get_no_row_and_a_projection_written_before_row_kinds_is_
     eid = driver.start("projector/rows")
     driver.run_to_end(eid)
     projector = projector_role.projector
-    assert projector.handle(_last_event(rplane, eid)).outcome == "applied"
+    assert projector.handle(last_event(rplane, eid)).outcome == "applied"
 
     def stored() -> tuple[set[str], list[str] | None]:
         with rplane.engine.connect() as conn:
