@@ -204,6 +204,13 @@ def database_url(local_env: dict[str, str], template_database: str) -> Iterator[
     yield from _scratch_database(local_env, template_database)
 
 
+@pytest.fixture(scope="module")
+def module_database_url(local_env: dict[str, str], template_database: str) -> Iterator[str]:
+    """A fresh database at the head migration shared by a module's tests (for role processes a module
+    starts once), dropped after the module."""
+    yield from _scratch_database(local_env, template_database)
+
+
 @pytest.fixture
 def empty_database_url(local_env: dict[str, str]) -> Iterator[str]:
     """A fresh database with no tables at all."""

@@ -44,24 +44,31 @@ STACK_MODULES = frozenset(
     }
 )
 STACK_UNIT = "e2e: the shared stack's roles"
-# The most expensive units first (longest processing time first; seconds of a serial run on the 2-core
-# machine, docs/testing.md); every other unit keeps its collection order after them.
+# Within the stack's unit, the demo first: it leaves the demo's executions (a cursor loop's committed
+# frames among them) that the console's payload preview test shows, which otherwise runs the demo itself
+# on a fresh stack (``make test``'s), and the demo ran twice.
+FIRST_IN_UNIT = ("tests/e2e/test_demo.py",)
+# The most expensive units first (longest processing time first; seconds of worker time in a `-n 3` run
+# on the 2-core machine, load average 7 to 9, 2026-11-27; docs/testing.md); every other unit keeps its
+# collection order after them.
 HEAVY = (
-    "tests/e2e/test_faults.py",  # 290 s
-    "tests/e2e/test_subscription_runtime.py",  # 200 s
-    STACK_UNIT,  # 130 s
-    "tests/e2e/test_spool_outage.py",  # 105 s
-    "tests/e2e/test_ingress_push.py",  # 65 s
-    "tests/e2e/test_distributed.py",  # 65 s
-    "tests/e2e/test_edge_hardening.py",  # 60 s
-    "tests/e2e/test_frames_cursor.py",  # 50 s
-    "tests/e2e/test_local_stack.py",  # 50 s
-    "tests/e2e/test_edge_every_role.py",  # 40 s
+    "tests/e2e/test_faults.py",  # 243 s
+    "tests/e2e/test_subscription_runtime.py",  # 229 s
+    STACK_UNIT,  # 186 s
+    "tests/e2e/test_edge_hardening.py",  # 95 s
+    "tests/e2e/test_ingress_push.py",  # 76 s
+    "tests/e2e/test_distributed.py",  # 74 s
+    "tests/e2e/test_spool_outage.py",  # 67 s
+    "tests/e2e/test_replay_e2e.py",  # 67 s
+    "tests/e2e/test_local_stack.py",  # 62 s
+    "tests/e2e/test_edge_every_role.py",  # 60 s
+    "tests/integration/test_cursor_loops.py",  # 46 s
+    "tests/integration/test_frames_leases.py",  # 44 s
+    "tests/e2e/test_subscription_runtime_soak.py",  # 42 s
+    "tests/e2e/test_task_isolation.py",  # 40 s
     "tests/integration/test_kafka_source.py",  # 40 s
-    "tests/integration/test_frames_leases.py",  # 30 s
-    "tests/e2e/test_replay_e2e.py",  # 30 s
-    "tests/e2e/test_image_command.py",  # 30 s
-    "tests/e2e/test_subscription_runtime_soak.py",  # 30 s
+    "tests/e2e/test_image_command.py",  # 38 s
+    "tests/e2e/test_frames_cursor.py",  # 32 s
 )
 
 SECTIONS = pytest.StashKey[dict[str, list[str]]]()
@@ -81,9 +88,16 @@ def unit_of(nodeid: str) -> str:
 
 
 def order(items: list[pytest.Item]) -> None:
-    """Put the heavy units' tests first (in place; stable, so each module keeps its order)."""
+    """Put the heavy units' tests first, and within a unit the modules of ``FIRST_IN_UNIT`` first (in
+    place; stable, so each module keeps its order)."""
     rank = {unit: i for i, unit in enumerate(HEAVY)}
-    items.sort(key=lambda item: rank.get(unit_of(item.nodeid), len(HEAVY)))
+    first = {module: i for i, module in enumerate(FIRST_IN_UNIT)}
+
+    def key(item: pytest.Item) -> tuple[int, int]:
+        module = item.nodeid.split("::", 1)[0]
+        return rank.get(unit_of(item.nodeid), len(HEAVY)), first.get(module, len(FIRST_IN_UNIT))
+
+    items.sort(key=key)
 
 
 # -- shared resources ------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from noetl_cloud.local.process import stop_group, wait_until
 from noetl_cloud.local.stack import ROLE_WORKERS, LocalStack
 from noetl_cloud.web.client import ApiClient, static_token
 from tests.e2e.faults_frames import frames_playbook
-from tests.e2e.roles import ROOT, start, start_runtime
+from tests.e2e.roles import ROOT, answering, spawn, start, start_runtime, stop_all
 from tests.e2e.test_subscription_runtime import subscription as pull_subscription
 
 TOKEN = secrets.token_hex(16)
@@ -244,8 +244,7 @@ class FaultStack:
         gcs.create_bucket(self.bucket)
         gcs.close()
         self.ensure_pubsub()
-        for name in ROLES:
-            self.start_role(name)
+        self.start_roles(ROLES)
         self.api = ApiClient(self.url("execute"), token_source=static_token(TOKEN), timeout_s=30)
         self.api.post(
             "/api/catalog", json={"content": PLAYBOOK_YAML.format(path=PLAYBOOK, effect_url=self.sink.url)}
@@ -270,8 +269,7 @@ class FaultStack:
         self.stack.start_scheduler({**self.env, "NOETL_SCHEDULER_EVERY_S": "1"}, echo=lambda _line: None)
 
     def down(self) -> None:
-        for name in list(self.procs):
-            self.stop_role(name)
+        stop_all(self.procs.pop(name) for name in list(self.procs))  # all at once
         if self.api is not None:
             self.api.close()
         if self.engine is not None:
@@ -293,11 +291,23 @@ class FaultStack:
             self.procs[name] = start_runtime(self.role_env(name), self.port(name))
             assert wait_until(lambda: self.runtime_phase() == "pulling", timeout=60), self.runtime_phase()
             return
-        threads = {"worker": 8, "execute": 8, "projector": 4}.get(name, 4)
+        self.procs[name] = start(name, self.role_env(name), self.port(name), **self.sizing(name))
+
+    def start_roles(self, names: Iterable[str]) -> None:
+        """Start several roles at once (each on its port), then wait until each answers (60 s each, not
+        30: they start side by side on a loaded machine)."""
+        spawned = {name: spawn(name, self.role_env(name), self.port(name), **self.sizing(name)) for name in names}
+        self.procs.update(spawned)  # stopped by ``down`` whatever happens next
+        for name, proc in spawned.items():
+            answering(name, proc, self.port(name), timeout=60)
+
+    def sizing(self, name: str) -> dict[str, int]:
         # One ingress process, as its container runs it (functions/entrypoint.sh): the listener
         # configuration it keeps serving while the control plane is down is per process.
-        workers = ROLE_WORKERS.get(name, 2)
-        self.procs[name] = start(name, self.role_env(name), self.port(name), workers=workers, threads=threads)
+        return {
+            "workers": ROLE_WORKERS.get(name, 2),
+            "threads": {"worker": 8, "execute": 8, "projector": 4}.get(name, 4),
+        }
 
     def kill_role(self, name: str) -> float:
         """SIGKILL the role's whole process group (gunicorn's arbiter and its workers); when (monotonic)."""

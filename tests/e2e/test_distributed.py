@@ -24,9 +24,9 @@ from google.cloud import pubsub_v1
 from sqlalchemy import create_engine, text
 
 from noetl_cloud.db.engine import normalize_url
-from noetl_cloud.local.process import stop_group, wait_until
+from noetl_cloud.local.process import wait_until
 from noetl_cloud.web.client import ApiClient, static_token
-from tests.e2e.roles import free_port, start
+from tests.e2e.roles import free_port, start, stop_all
 from tests.integration.control_fixtures import PROJECT, TOKEN, Topics, events_topic_for
 from tests.integration.distributed_driver import PLAYBOOKS, golden_content
 from tests.unit.engine.conftest import LOOPBACK_ALLOW
@@ -157,9 +157,7 @@ class Cluster:
     def close(self) -> None:
         for name in self.subscriptions:
             self.subscriber.delete_subscription(subscription=name)
-        for proc, _ in self.workers.values():
-            stop_group(proc.pid)
-            proc.wait()
+        stop_all(proc for proc, _ in self.workers.values())  # every worker at once
         self.subscriber.close()
         self.api.close()
 
@@ -186,8 +184,7 @@ def cluster(database_url: str, local_env: dict[str, str], prefix: str, **extra: 
         yield c
     finally:
         c.close()
-        stop_group(execute.pid)
-        execute.wait()
+        stop_all([execute])
 
 
 @pytest.fixture

@@ -11,13 +11,12 @@ import json
 import re
 import secrets
 from collections.abc import Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import pytest
 import urllib3
 
-from tests.e2e.roles import role
+from tests.e2e.roles import role_group
 from tests.integration.control_fixtures import TOKEN, Topics, events_topic_for
 
 PUSH_TOKEN = secrets.token_hex(16)
@@ -61,13 +60,13 @@ def roles(
         "NOETL_SPOOL_BACKEND": "local_disk",
         "NOETL_SPOOL_DIR": str(tmp_path / "spool"),
     }
-    urls: dict[str, str] = {}
-    with ExitStack() as running:
-        urls["execute"] = running.enter_context(role("execute", env, workers=1, threads=2))
-        env["NOETL_API_URL"] = urls["execute"]
-        env["NOETL_FRAMES_URL"] = urls["execute"]
-        for name in ("ingress", "worker", "projector", "frames", "spool_drainer"):
-            urls[name] = running.enter_context(role(name, env, workers=1, threads=2))
+
+    def after_execute(urls: dict[str, str]) -> dict[str, str]:
+        env["NOETL_API_URL"] = env["NOETL_FRAMES_URL"] = urls["execute"]
+        return env
+
+    others = [(name, after_execute) for name in ("ingress", "worker", "projector", "frames", "spool_drainer")]
+    with role_group(("execute", dict(env)), *others, workers=1, threads=2) as urls:
         yield env, urls
 
 

@@ -26,7 +26,7 @@ from standardwebhooks.webhooks import Webhook
 from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.local.process import wait_until
 from noetl_cloud.web.client import ApiClient, static_token
-from tests.e2e.roles import role
+from tests.e2e.roles import role_group
 from tests.e2e.telemetry_files import metric_points, metric_total, metrics_env
 from tests.e2e.test_ingress_push import BEARER_SECRET, HMAC_SECRET, STRIPE_SECRET, SW_SECRET
 from tests.integration.control_fixtures import TOKEN, Topics, events_topic_for, playbook
@@ -62,8 +62,8 @@ def edge_roles(
         "NOETL_SECRET_STRIPE_SECRET": STRIPE_SECRET,
         "NOETL_SECRET_GITHUB_SECRET": GITHUB_SECRET,
     }
-    with role("execute", env) as api_url, role("ingress", {**env, "NOETL_API_URL": api_url}) as ingress_url:
-        yield lambda: (api_url, ingress_url)
+    with role_group(("execute", env), ("ingress", lambda urls: {**env, "NOETL_API_URL": urls["execute"]})) as urls:
+        yield lambda: (urls["execute"], urls["ingress"])
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from standardwebhooks.webhooks import Webhook
 
 from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.web.client import ApiClient, static_token
-from tests.e2e.roles import role
+from tests.e2e.roles import role_group
 from tests.integration.control_fixtures import TOKEN, Topics, events_topic_for, playbook
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -160,8 +160,8 @@ def stack(
         "NOETL_SECRET_STRIPE_SECRET": STRIPE_SECRET,
         "NOETL_SECRET_BEARER_SECRET": BEARER_SECRET,
     }
-    with role("execute", env) as api_url, role("ingress", {**env, "NOETL_API_URL": api_url}) as ingress_url:
-        yield lambda: (api_url, ingress_url)
+    with role_group(("execute", env), ("ingress", lambda urls: {**env, "NOETL_API_URL": urls["execute"]})) as urls:
+        yield lambda: (urls["execute"], urls["ingress"])
 
 
 def counts(database_url: str) -> dict[str, Any]:

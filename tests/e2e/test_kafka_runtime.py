@@ -14,7 +14,7 @@ import yaml
 
 from noetl_cloud.local.process import stop_group, wait_until
 from tests.e2e.roles import free_port
-from tests.e2e.test_subscription_runtime import TRACEPARENT, Harness, plane  # noqa: F401
+from tests.e2e.test_subscription_runtime import TRACEPARENT, Harness, control_plane, plane  # noqa: F401
 from tests.integration.kafka_fixtures import JOIN_S, committed, produce
 
 pytest.importorskip("confluent_kafka", reason="the kafka extra is not installed")

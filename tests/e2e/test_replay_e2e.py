@@ -18,8 +18,7 @@ from google.cloud import pubsub_v1
 from sqlalchemy import create_engine, text
 
 from noetl_cloud.db.engine import normalize_url
-from noetl_cloud.local.process import stop_group
-from tests.e2e.roles import free_port, start
+from tests.e2e.roles import free_port, start, stop_all
 from tests.e2e.test_distributed import BLOCKING, GOLDENS, Cluster, _fill, cluster
 from tests.integration.control_fixtures import PROJECT, TOKEN, Topics, events_topic_for
 from tests.integration.distributed_driver import PLAYBOOKS, golden_content
@@ -61,8 +60,7 @@ def replay_stack(
             yield c, database_url
     finally:
         topics.subscriber.delete_subscription(subscription=subscription)
-        stop_group(projector.pid)
-        projector.wait()
+        stop_all([projector])
 
 
 def _verify(stack: Cluster, eid: str, wait: float = 60) -> subprocess.CompletedProcess[str]:

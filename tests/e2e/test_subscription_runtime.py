@@ -27,9 +27,17 @@ from sqlalchemy import create_engine, text
 from noetl_cloud.db.engine import normalize_url
 from noetl_cloud.local.process import stop_group, wait_until
 from noetl_cloud.web.client import ApiClient, static_token
-from tests.e2e.roles import free_port, start, start_runtime
+from tests.e2e.roles import free_port, start, start_runtime, stop_all
 from tests.e2e.test_distributed import cluster
-from tests.integration.control_fixtures import PROJECT, TOKEN, Topics, events_topic_for, playbook
+from tests.integration.control_fixtures import (
+    PROJECT,
+    TOKEN,
+    Topics,
+    command_topics,
+    events_topic_for,
+    make_settings,
+    playbook,
+)
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -145,7 +153,13 @@ class Harness:
         return [row.meta["message_id"] for row in self.executions()]
 
     def events(self, event_type: str) -> list[Any]:
-        return self.sql("SELECT stream_id, payload, meta FROM event WHERE event_type = :t", t=event_type)
+        """The events of ``event_type`` on this subscription's streams (``subscription/<id>...``: the
+        database may hold other subscriptions')."""
+        return self.sql(
+            "SELECT stream_id, payload, meta FROM event WHERE event_type = :t AND stream_id LIKE :s",
+            t=event_type,
+            s=f"subscription/{self.subscription_id()}%",
+        )
 
     def subscription_id(self) -> str:
         sid = self.status().get("subscription_id")
@@ -196,15 +210,34 @@ def execute_only(database_url: str, local_env: dict[str, str], prefix: str) -> I
     try:
         yield harness
     finally:
-        harness.close()
-        stop_group(execute.pid)
-        execute.wait()
+        harness.close()  # the runtime first: it drains its messages through execute
+        stop_all([execute])
+
+
+@pytest.fixture(scope="module")
+def control_plane(module_database_url: str, local_env: dict[str, str]) -> Iterator[tuple[str, dict[str, str], str]]:
+    """The control plane alone (executions are started and counted, no worker runs them), started once
+    for the module's tests that need nothing else: its database, command topics and execute role. Each
+    test brings its own subscription, topic and runtime, and reads only its own subscription's
+    executions and events. (database URL, the roles' environment, execute's base URL)"""
+    prefix = f"t{secrets.token_hex(4)}-commands-"
+    with command_topics(make_settings(module_database_url, local_env, prefix)):
+        env = control_env(module_database_url, local_env, prefix)
+        port = free_port()
+        execute = start("execute", env, port, workers=2, threads=8)
+        try:
+            yield module_database_url, env, f"http://127.0.0.1:{port}"
+        finally:
+            stop_all([execute])
 
 
 @pytest.fixture
-def plane(database_url: str, local_env: dict[str, str], topic_prefix: str, topics: Topics) -> Iterator[Harness]:
-    with execute_only(database_url, local_env, topic_prefix) as harness:
+def plane(control_plane: tuple[str, dict[str, str], str]) -> Iterator[Harness]:
+    harness = Harness(*control_plane)
+    try:
         yield harness
+    finally:
+        harness.close()  # its runtime (drained through execute), topic and subscription
 
 
 def test_six_messages_run_to_completion_with_routes_trace_and_the_whole_lifecycle_trail(

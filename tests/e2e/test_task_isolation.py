@@ -8,12 +8,13 @@ http task reached the control plane on loopback and would reach the metadata ser
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Iterator
 
 import pytest
 
 from tests.e2e.test_distributed import PUSH_TOKEN, Cluster, cluster
-from tests.integration.control_fixtures import TOKEN, Topics
+from tests.integration.control_fixtures import TOKEN, command_topics, make_settings
 
 PLAYBOOK = """\
 apiVersion: noetl.io/v2
@@ -37,10 +38,15 @@ workflow:
 """
 
 
-@pytest.fixture
-def workers(database_url: str, local_env: dict[str, str], topic_prefix: str, topics: Topics) -> Iterator[Cluster]:
-    """The default egress policy: nothing allowlisted (the suite's clusters allow loopback)."""
-    with cluster(database_url, local_env, topic_prefix, NOETL_HTTP_TOOL_ALLOW="") as c:
+@pytest.fixture(scope="module")
+def workers(module_database_url: str, local_env: dict[str, str]) -> Iterator[Cluster]:
+    """The default egress policy: nothing allowlisted (the suite's clusters allow loopback). Started once
+    for the module: each test reads only its own execution."""
+    prefix = f"t{secrets.token_hex(4)}-commands-"
+    with (
+        command_topics(make_settings(module_database_url, local_env, prefix)),
+        cluster(module_database_url, local_env, prefix, NOETL_HTTP_TOOL_ALLOW="") as c,
+    ):
         c.register(PLAYBOOK)
         yield c
 
@@ -53,9 +59,8 @@ def workers(database_url: str, local_env: dict[str, str], topic_prefix: str, top
         "http://localhost:{api_port}/healthz",
     ],
 )
-def test_a_task_sees_none_of_the_workers_secrets_and_reaches_no_internal_address(
-    workers: Cluster, database_url: str, target: str
-) -> None:
+def test_a_task_sees_none_of_the_workers_secrets_and_reaches_no_internal_address(workers: Cluster, target: str) -> None:
+    database_url = workers.env["NOETL_DATABASE_URL"]  # the workers' own
     eid = workers.execute("e2e/isolation", {"target": target.format(api_port=workers.api_port)})
     detail = workers.wait(eid)
 

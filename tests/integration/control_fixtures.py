@@ -6,6 +6,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,37 +124,47 @@ def control_settings(database_url: str, local_env: dict[str, str], topic_prefix:
     return make_settings(database_url, local_env, topic_prefix)
 
 
-@pytest.fixture
-def topics(control_settings: Settings) -> Iterator[Topics]:
+@contextmanager
+def command_topics(settings: Settings) -> Iterator[Topics]:
+    """The command topics of ``settings``' pools, a pull subscription on each, and its events topic, on
+    the emulator; deleted when the block ends."""
     publisher = pubsub_v1.PublisherClient()
     subscriber = pubsub_v1.SubscriberClient()
     subs: dict[str, str] = {}
-    for pool in control_settings.pools:
-        topic = publisher.topic_path(PROJECT, control_settings.command_topic(pool))
+    for pool in settings.pools:
+        topic = publisher.topic_path(PROJECT, settings.command_topic(pool))
         publisher.create_topic(name=topic)
-        subs[pool] = subscriber.subscription_path(PROJECT, control_settings.command_topic(pool))
+        subs[pool] = subscriber.subscription_path(PROJECT, settings.command_topic(pool))
         subscriber.create_subscription(name=subs[pool], topic=topic, ack_deadline_seconds=60)
     # Created without a subscription: the emulator drops what is published to it.
-    events = publisher.topic_path(PROJECT, events_topic_for(control_settings.command_topic_prefix))
+    events = publisher.topic_path(PROJECT, events_topic_for(settings.command_topic_prefix))
     try:
         publisher.create_topic(name=events)
     except AlreadyExists:
         pass
-    yield Topics(control_settings.command_topic_prefix, subscriber, subs)
     try:
-        publisher.delete_topic(topic=events)
-    except NotFound:
-        pass
-    for pool, sub in subs.items():
+        yield Topics(settings.command_topic_prefix, subscriber, subs)
+    finally:
         try:
-            subscriber.delete_subscription(subscription=sub)
+            publisher.delete_topic(topic=events)
         except NotFound:
             pass
-        try:
-            publisher.delete_topic(topic=publisher.topic_path(PROJECT, control_settings.command_topic(pool)))
-        except NotFound:
-            pass
-    subscriber.close()
+        for pool, sub in subs.items():
+            try:
+                subscriber.delete_subscription(subscription=sub)
+            except NotFound:
+                pass
+            try:
+                publisher.delete_topic(topic=publisher.topic_path(PROJECT, settings.command_topic(pool)))
+            except NotFound:
+                pass
+        subscriber.close()
+
+
+@pytest.fixture
+def topics(control_settings: Settings) -> Iterator[Topics]:
+    with command_topics(control_settings) as created:
+        yield created
 
 
 @pytest.fixture
