@@ -5,7 +5,9 @@ many the projector has folded (the sum of its tracking rows' versions over the b
 until every one is folded. Each side's rate is the burst's events over its own active span: writing
 from the first event written to the last, folding from the first event folded to the last. Their
 ratio compares throughput; the delay between the two (the relay's publish, the emulator's push) is
-printed apart, as the time the projection was current after the last write. (Before, folded events
+printed apart, as the time the projection was current after the last write. A projector that starts
+late (still folding an earlier backlog) folds the burst's events in bigger batches over a shorter
+span: its rate is then its rate when behind, higher than at the tip. (Before, folded events
 were counted over the writing window alone, so a projector exactly as fast as the writes, one second
 behind them, scored 1 - 1/window: the delay read as a deficit.)
 """
