@@ -145,14 +145,17 @@ class PagedRows(dict[str, Row]):
         """The pages holding changed rows (every page from the first row added or removed) and the index
         of the first changed row (``len`` when none changed)."""
         keys, moved = self._keys, len(self._keys)
-        for key in self.touched - set(super().keys()):  # removed (or only asked for)
+        # Membership by key (``in``: no row handed out), not a set of every key: a fold's cost stays the
+        # rows it touched, not the surface's size.
+        present = [key for key in self.touched if key in self]
+        for key in self.touched.difference(present):  # removed (or only asked for)
             i = bisect_left(keys, key)
             if i < len(keys) and keys[i] == key:
                 del keys[i]
                 self._texts.pop(key, None)
                 moved = min(moved, i)
         changed: list[int] = []
-        for key in self.touched & set(super().keys()):
+        for key in present:
             self._texts.pop(key, None)
             i = bisect_left(keys, key)
             if i < len(keys) and keys[i] == key:
