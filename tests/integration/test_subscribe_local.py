@@ -13,15 +13,9 @@ from google.cloud import pubsub_v1
 
 from noetl_cloud.cli import main
 from tests.integration.control_fixtures import PROJECT
+from tests.playbooks import INGEST
 
-PLAYBOOK = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: ingest, path: domain/ingest}
-workflow:
-  - step: start
-    tool: {kind: noop, result: "{{ workload.payload.n }}"}
-"""
+PLAYBOOK = INGEST
 
 
 def test_subscribe_local_runs_each_message_and_writes_the_event_trail(

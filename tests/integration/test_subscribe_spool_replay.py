@@ -29,15 +29,9 @@ from noetl_cloud.spool.events import EventJournal, MemoryEventSink
 from noetl_cloud.spool.local_disk import LocalDiskSpool
 from noetl_cloud.spool.target import SpoolTarget
 from tests.integration.control_fixtures import PROJECT
+from tests.playbooks import INGEST
 
-PLAYBOOK = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: ingest, path: domain/ingest}
-workflow:
-  - step: start
-    tool: {kind: noop, result: "{{ workload.payload.n }}"}
-"""
+PLAYBOOK = INGEST
 PATH = "subscriptions/local-spool"
 SPOOL = {
     "mode": "buffer_and_ack",

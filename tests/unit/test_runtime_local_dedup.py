@@ -27,15 +27,9 @@ from noetl_cloud.spool.events import EventJournal
 from noetl_cloud.spool.local_disk import LocalDiskSpool
 from noetl_cloud.spool.local_mode import DispatchReplayer, LocalDrainLoop
 from noetl_cloud.spool.target import SpoolTarget
+from tests.playbooks import INGEST
 
-PLAYBOOK = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: ingest, path: domain/ingest}
-workflow:
-  - step: start
-    tool: {kind: noop, result: "{{ workload.payload.n }}"}
-"""
+PLAYBOOK = INGEST
 SUB = "subscriptions/local-dedup"
 SPOOL = {"mode": "buffer_and_ack", "backend": "local_disk", "ordering": "per_key", "ordering_key": "device"}
 PUBLISHED = "2026-11-27T09:00:00+00:00"
