@@ -1,6 +1,7 @@
 """The Pub/Sub publisher adapter against the emulator: a failed ordered publish leaves its message for
 the outbox sweep and never raises, also when callers sharing the client fail on one ordering key at once
-(each failure pauses the key; only the first resume finds it paused)."""
+(each failure pauses the key; only the first resume finds it paused), or when the library refuses
+the submit itself."""
 
 from __future__ import annotations
 
@@ -113,6 +114,34 @@ def test_a_batch_to_a_missing_topic_is_none_for_each_of_its_messages_only(local_
         assert ids[0] is None and ids[2] is None and ids[1]
     finally:
         publisher.client.delete_topic(topic=publisher.topic_path(present))
+
+
+def test_a_submit_the_library_refuses_with_an_assertion_is_none_and_never_raises(
+    local_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The batching client asserts at submit when a concurrent caller's failure has just put the
+    # key's open batch in error status; seen in CI as a 500 from /api/execute. The call is made to
+    # refuse the way the library does, then to go through.
+    publisher = PubSubPublisher(PROJECT, emulator_host=local_env["PUBSUB_EMULATOR_HOST"])
+    topic = f"present-{secrets.token_hex(4)}"
+    publisher.ensure_topics([topic])
+    submit = publisher.client.publish
+    calls: list[int] = []
+
+    def refuse_first(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            raise AssertionError("Publish after stop() or publish error.")
+        return submit(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(publisher.client, "publish", refuse_first)
+    message = OutboundMessage(topic=topic, data=b"{}", ordering_key="execution-1")
+    try:
+        assert publisher.publish([message]) == [None]
+        (server_id,) = publisher.publish([message])
+        assert server_id
+    finally:
+        publisher.client.delete_topic(topic=publisher.topic_path(topic))
 
 
 def test_requests_are_cut_at_the_message_and_byte_limits() -> None:

@@ -81,6 +81,24 @@ def test_the_package_data_is_a_valid_playbook_and_valid_subscriptions_of_it() ->
     assert pull.spec.subscription == setup.PUBSUB_SUBSCRIPTION
 
 
+def test_a_published_demo_message_is_deduplicated_by_its_batch_not_by_the_emulators_message_id() -> None:
+    # The emulator counts message ids from 1 again after a restart; the database remembers the ids
+    # of earlier runs for the window, so keying on them made a second day's demo lose its messages.
+    from noetl_cloud.runtime.message import prepare
+    from noetl_cloud.runtime.port import SourceMessage
+
+    pull = SubscriptionDoc.model_validate(yaml.safe_load(setup.resource("pubsub.subscription.yaml")))
+    config = pull.spec.model_dump(mode="json")
+    sent = [
+        SourceMessage(
+            message_id="11", data=b'{"batch": "%s"}' % run, header_pairs=(("x-idempotency-key", run.decode()),)
+        )
+        for run in (b"run-a-pubsub-0", b"run-b-pubsub-0")
+    ]
+    keys = [prepare(m, config, subscription_id="7", path=pull.path).request["dedup"]["key"] for m in sent]
+    assert keys == ["run-a-pubsub-0", "run-b-pubsub-0"]
+
+
 def test_the_playbook_names_its_database_by_keychain_alias_only() -> None:
     doc = yaml.safe_load(setup.playbook_content(run="r1", api_url="http://127.0.0.1:1"))
     assert doc["keychain"] == [{"name": setup.KEYCHAIN_ALIAS, "kind": "postgres"}]

@@ -77,7 +77,8 @@ def send_webhook(
 
 
 def publish(project_id: str, topic: str, emulator_host: str, payloads: list[dict[str, Any]]) -> list[str]:
-    """Publish each payload as one JSON message (official client, the emulator); their message ids."""
+    """Publish each payload as one JSON message (official client, the emulator), its ``batch`` as
+    its idempotency key (``x-idempotency-key``); their message ids."""
     from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
     from noetl_cloud.demo.setup import emulator
@@ -86,7 +87,12 @@ def publish(project_id: str, topic: str, emulator_host: str, payloads: list[dict
         publisher = pubsub_v1.PublisherClient()
         path = publisher.topic_path(project_id, topic)
         futures = [
-            publisher.publish(path, json.dumps(p, separators=(",", ":")).encode("utf-8"), source="noetl-demo")
+            publisher.publish(
+                path,
+                json.dumps(p, separators=(",", ":")).encode("utf-8"),
+                source="noetl-demo",
+                **{"x-idempotency-key": str(p["batch"])},
+            )
             for p in payloads
         ]
         ids = [str(f.result(timeout=30)) for f in futures]
