@@ -13,12 +13,16 @@ the projector. In order:
    versions freed are reused, as in service). Their rows are kept as the seeding template. Then retention (an archive
    folder, its clock 40 days ahead) archives them and drops what nothing live needs; the bytes left
    per execution (after ``VACUUM FULL``) and the Parquet archive's bytes per execution are printed.
-2. Start throughput (the best of two runs of ``--starts`` single ``POST /api/execute`` from 8 threads,
+2. Start throughput (the best of four runs of ``--starts`` single ``POST /api/execute`` from 8 threads,
    into a pool no worker serves, so nothing else runs) on the database when it is empty, after seeding
    to ``--executions / 3`` and after seeding to ``--executions``, each measured back to back with the
    same on a twin database kept near empty (its own execute and projector roles; runs interleaved twin,
-   grown, grown, twin): the ratio at a size is grown over twin, measured seconds apart, not against the
-   empty run minutes earlier on a machine whose load moves (that ratio is printed too). Seeding clones
+   grown, grown, twin, twice): the ratio at a size is grown over twin, measured seconds apart, not
+   against the empty run minutes earlier on a machine whose load moves (that ratio is printed too).
+   Each run begins once both projectors have folded what the runs before it started, so no run shares
+   the cores with the other side's catch-up. Beside it, the cost of one start to the control plane in
+   this process, alternating grown and twin (bench/scale_inprocess.py): "in process" in the table, the
+   twin's median over the grown one's, the figure that does not move with the machine's load. Seeding clones
    the template's rows (execution, stream, events, commands, projections) with new snowflake ids in
    bulk ``INSERT ... SELECT ... generate_series`` statements, then ``VACUUM ANALYZE`` and a checkpoint
    (a table in service grows gradually, autovacuum keeping up).
@@ -69,6 +73,7 @@ from noetl_cloud.settings import Settings
 from noetl_cloud.web.client import ApiClient, static_token
 from scale_db import CLONED, TABLES, fresh_database, scalar, seed, settle, table_bytes
 from scale_fold import fold_against_write, print_fold
+from scale_inprocess import start_cost
 
 TOKEN = secrets.token_hex(16)
 TWIN_DB = "bench_scale_twin"
@@ -136,6 +141,17 @@ def wait_ended(engine: Engine, ids: list[str], timeout: float) -> None:
         raise SystemExit(f"{len(ids)} executions did not end within {timeout:.0f} s")
 
 
+def wait_folded(engine: Engine, ids: list[str], timeout: float) -> None:
+    """Until the projection of each of ``ids`` has folded every event of its execution (a note if not)."""
+    folded = (
+        "SELECT count(*) FROM projection_tracking t WHERE execution_id = ANY(CAST(:ids AS bigint[])) "
+        "AND version = (SELECT count(*) FROM event e WHERE e.execution_id = t.execution_id)"
+    )
+    listed = "{" + ",".join(ids) + "}"
+    if not wait_until(lambda: scalar(engine, folded, ids=listed) == len(ids), timeout=timeout, interval=0.5):
+        print(f"  note: {len(ids) - scalar(engine, folded, ids=listed)} projections still behind after {timeout:.0f} s")
+
+
 # -- 1. bytes per execution, before and after retention ---------------------------------------------
 
 
@@ -149,13 +165,7 @@ def _run_sample(api: Api, engine: Engine, sample: int) -> list[str]:
     wait_ended(engine, ids, timeout=600)
     if not wait_until(lambda: scalar(engine, "SELECT count(*) FROM outbox") == 0, timeout=120, interval=0.5):
         print(f"  note: {scalar(engine, 'SELECT count(*) FROM outbox')} outbox rows still there after 120 s")
-    folded = (
-        "SELECT count(*) FROM projection_tracking t WHERE execution_id = ANY(CAST(:ids AS bigint[])) "
-        "AND version = (SELECT count(*) FROM event e WHERE e.execution_id = t.execution_id)"
-    )
-    listed = "{" + ",".join(ids) + "}"
-    if not wait_until(lambda: scalar(engine, folded, ids=listed) == len(ids), timeout=120, interval=0.5):
-        print(f"  note: {len(ids) - scalar(engine, folded, ids=listed)} projections still behind after 120 s")
+    wait_folded(engine, ids, timeout=120)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         for table in TABLES:
             conn.execute(text(f"VACUUM {table}"))
@@ -220,10 +230,10 @@ def start_twin(
     port: int,
     pubsub_clients: tuple[Any, Any],
     cleanup: tuple[list[Any], list[str]],
-) -> tuple[Api, Engine]:
+) -> tuple[tuple[Api, Engine], dict[str, str]]:
     """The twin of step 2: a fresh database with an execute role (``port``) and a projector role
     (``port + 1``) of its own, on an events topic of its own; its processes and subscription go to
-    ``cleanup``."""
+    ``cleanup``. Its API and engine, and its roles' environment."""
     publisher, subscriber = pubsub_clients
     procs, subs = cleanup
     url = fresh_database(env["NOETL_DATABASE_URL"], TWIN_DB)
@@ -235,16 +245,21 @@ def start_twin(
     subs.append(push_subscription(subscriber, topic, f"{topic}-p", f"http://127.0.0.1:{port + 1}/?token={TOKEN}"))
     api = Api(f"http://127.0.0.1:{port}")
     api.register(PLAYBOOK)
-    return api, create_engine(normalize_url(url), pool_size=2)
+    return (api, create_engine(normalize_url(url), pool_size=2)), twin_env
+
+
+ROUNDS = 2  # of twin, grown, grown, twin: the best of four runs a side
+IN_PROCESS = 300  # starts a side of the in-process measure (bench/scale_inprocess.py)
 
 
 def back_to_back(grown: tuple[Api, Engine], twin: tuple[Api, Engine], n: int) -> tuple[float, float]:
     """Start throughput on the grown database and on its twin (a database kept near empty, with its own
-    execute and projector roles), interleaved twin, grown, grown, twin: the best of two runs each, a few
-    seconds apart, so a change in the machine's load between sizes does not read as a change with size."""
+    execute and projector roles), interleaved twin, grown, grown, twin, :data:`ROUNDS` times: the best
+    run of each, seconds apart, so a change in the machine's load between sizes does not read as a change
+    with size, and each side has as many runs first and last in a pair as the other."""
     settle(twin[1])  # as the grown one is after its seeding: vacuumed, analyzed, checkpointed
     rates: dict[str, float] = {"twin": 0.0, "grown": 0.0}
-    for side in ("twin", "grown", "grown", "twin"):
+    for side in ("twin", "grown", "grown", "twin") * ROUNDS:
         api, engine = twin if side == "twin" else grown
         rates[side] = max(rates[side], start_rate(api, engine, n, repeats=1))
     return rates["grown"], rates["twin"]
@@ -252,14 +267,17 @@ def back_to_back(grown: tuple[Api, Engine], twin: tuple[Api, Engine], n: int) ->
 
 def start_rate(api: Api, engine: Engine, n: int, repeats: int = 2) -> float:
     """Executions started per second: the best of ``repeats`` runs of ``n`` (the machine is shared: the
-    best run is the one least disturbed), each once the relay has published what the last one wrote."""
+    best run is the one least disturbed). Each run begins once the relay has published what the last one
+    wrote; after it, untimed, the projector folds what it started (else that catch-up would run during
+    the next run, on this side or the other's)."""
     best = 0.0
     for _ in range(repeats):
         wait_until(lambda: scalar(engine, "SELECT count(*) FROM outbox") == 0, timeout=60, interval=0.5)
         begin = time.perf_counter()
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda _i: api.start("bench/three", IDLE_POOL), range(n)))
+            ids = list(pool.map(lambda _i: api.start("bench/three", IDLE_POOL), range(n)))
         best = max(best, n / (time.perf_counter() - begin))
+        wait_folded(engine, ids, timeout=120)
     return best
 
 
@@ -381,10 +399,11 @@ def main() -> None:
             print_bytes(args.sample, size)
             return
         settle(engine)
-        twin = start_twin(env, common, port + 3, (publisher, subscriber), (procs, subs))
+        twin, twin_env = start_twin(env, common, port + 3, (publisher, subscriber), (procs, subs))
         for side in ((api, engine), twin):  # warm: connections, prepared statements, the catalog cache
             start_rate(*side, max(50, args.starts // 5), repeats=1)
         rates = {0: back_to_back((api, engine), twin, args.starts)}
+        costs = {0: start_cost(common, twin_env, "bench/three", IDLE_POOL, IN_PROCESS)}
         mid = args.executions // 3
         seeded = 0
         for target in (mid, args.executions):
@@ -393,6 +412,7 @@ def main() -> None:
             print(f"seeded {target - seeded} executions in {time.perf_counter() - begin:.1f} s", flush=True)
             seeded = target
             rates[target] = back_to_back((api, engine), twin, args.starts)
+            costs[target] = start_cost(common, twin_env, "bench/three", IDLE_POOL, IN_PROCESS)
             grown, near_empty = rates[target]
             print(f"progress: start throughput at {target}: {grown:.1f}/s (twin: {near_empty:.1f}/s)", flush=True)
         fold = burst(api, engine, args.burst, f"http://127.0.0.1:{port + 2}")
@@ -412,13 +432,14 @@ def main() -> None:
 
     print_bytes(args.sample, size, last=False)
     print(
-        f"start throughput (best of 2 x {args.starts} single starts, 8 threads, back to back with the twin "
+        f"start throughput (best of {2 * ROUNDS} x {args.starts} single starts, 8 threads, back to back with the twin "
         f"database; {event_rows} event rows at the end):"
     )
     for n, (grown, near_empty) in rates.items():
         print(
             f"  at {n:>8} executions: {grown:7.1f}/s, twin {near_empty:7.1f}/s: ratio {grown / near_empty:.2f}"
-            f"   (to this database's own run at 0, minutes earlier: {grown / rates[0][0]:.2f})"
+            f"   (to this database's own run at 0, minutes earlier: {grown / rates[0][0]:.2f}; in process: "
+            f"{costs[n]:.2f})"
         )
     print_fold(args.burst, fold, ratio=False)
     print_loops(loop_results, last=False)

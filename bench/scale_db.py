@@ -111,12 +111,13 @@ def seed(engine: Engine, template: str, first: int, count: int, chunk: int = 20_
                 order = f"ORDER BY {id_column}" if id_column else ""
                 if table == "event":  # its idempotency keys, as an append writes them (their digests)
                     key = KEY_DIGEST_SQL.format(  # the key's text, of the clone's execution
-                        KEY_TEXT_SQL.format(
+                        k=KEY_TEXT_SQL.format(
                             k=f"replace(t.idempotency_key, '{template}', ({bases['execution']} + g)::text)",
                             t="t.tenant_id",
                             o="t.organization_id",
                             x=f"({bases['execution']} + g)",
-                        )
+                        ),
+                        x=f"({bases['execution']} + g)",
                     )
                     conn.execute(
                         text(

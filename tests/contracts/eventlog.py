@@ -60,6 +60,22 @@ class EventStoreContract:
         store.append(stream, [make_event(stream), make_event(stream)])
         assert [e.stream_version for e in store.read_stream(stream)] == [1, 2, 3]
 
+    def test_a_key_is_unique_within_its_execution_and_among_events_of_no_execution(self, store: EventStore) -> None:
+        first, second = new_stream(), new_stream()
+        store.append(first, [make_event(first, idempotency_key="retry/1")])
+        store.append(second, [make_event(second, idempotency_key="retry/1")])  # another execution's key
+        with pytest.raises(DuplicateIdempotencyKey):  # a stream of the same execution
+            store.append(
+                f"{first}/side",
+                [make_event(f"{first}/side", idempotency_key="retry/1", execution_id=first.split("/")[1])],
+            )
+        catalog, other = f"catalog/{new_stream()}", f"subscription/{new_stream()}"
+        store.append(catalog, [make_event(catalog, idempotency_key="global/1")])
+        with pytest.raises(DuplicateIdempotencyKey) as raised:  # no execution: unique among all such events
+            store.append(other, [make_event(other, idempotency_key="global/1")])
+        assert raised.value.keys == ["global/1"]
+        assert (store.stream_version(f"{first}/side"), store.stream_version(other)) == (0, 0)
+
     def test_reused_idempotency_key_rejects_the_whole_batch(self, store: EventStore) -> None:
         stream = new_stream()
         store.append(stream, [make_event(stream, idempotency_key=f"{stream}/k1")])

@@ -2,7 +2,7 @@
 
 The suite writes the section between the two markers below when every scenario of the module ran in
 the session (a single scenario run with ``-k`` prints its row and leaves the document alone);
-``NOETL_FAULTS_DOC`` names another file to write (``NOETL_FAULTS_DOC=`` writes none).
+``NOETL_TEST_FAULTS_DOC`` names another file to write (``NOETL_TEST_FAULTS_DOC=`` writes none).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def table(outcomes: list[Outcome]) -> list[str]:
 
 def target(ran_all: bool) -> Path | None:
     """The file to write the results to, or ``None``."""
-    override = os.environ.get("NOETL_FAULTS_DOC")
+    override = os.environ.get("NOETL_TEST_FAULTS_DOC")
     if override is not None:
         return Path(override) if override else None
     return DOC if ran_all else None

@@ -62,7 +62,9 @@ def outcomes(request: pytest.FixtureRequest) -> Iterator[list[Outcome]]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultStack]:
-    base = int(os.environ.get("NOETL_FAULTS_PORT_BASE") or int(os.environ.get("NOETL_LOCAL_PORT_BASE") or 15430) + 40)
+    base = int(
+        os.environ.get("NOETL_TEST_FAULTS_PORT_BASE") or int(os.environ.get("NOETL_LOCAL_PORT_BASE") or 15430) + 40
+    )
     saved = {k: os.environ.get(k) for k in ("PUBSUB_EMULATOR_HOST", "FIRESTORE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST")}
     fs = FaultStack(Path(tmp_path_factory.mktemp("faults")) / "stack", base)
     try:

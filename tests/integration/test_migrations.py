@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect
@@ -9,6 +11,7 @@ from sqlalchemy import Engine, inspect
 from noetl_cloud.db import migrate
 from noetl_cloud.db.engine import create_db_engine
 from noetl_cloud.db.schema import metadata
+from noetl_cloud.eventlog.keys import key_digest
 from noetl_cloud.settings import Settings
 
 
@@ -113,8 +116,6 @@ def test_0010_moves_the_rows_into_the_partitioned_tables_and_the_keys_into_event
 def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_database_url: str) -> None:
     from sqlalchemy import text
 
-    from noetl_cloud.eventlog.keys import key_digest
-
     engine = create_db_engine(Settings(database_url=empty_database_url), pool_size=1)
     columns = (
         "event_id, tenant_id, organization_id, execution_id, stream_id, stream_version, aggregate_id, aggregate_type, "
@@ -144,7 +145,8 @@ def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_data
         migrate.upgrade(engine)
         with engine.begin() as conn:
             keys = conn.execute(text("SELECT key_digest, event_id FROM event_key ORDER BY event_id")).all()
-            assert [tuple(k) for k in keys] == [(key_digest("t/o/7/k1"), 1), (key_digest("t/o/7/ключ"), 3)]
+            # the digests of today (0016 leads those of an execution with its id)
+            assert [tuple(k) for k in keys] == [(key_digest("t/o/7/k1", 7), 1), (key_digest("t/o/7/ключ", 7), 3)]
             stored = conn.execute(text("SELECT envelope_checksum FROM event ORDER BY event_id")).scalars().all()
             assert [bytes(c) for c in stored] == [bytes.fromhex(checksum)] * 2 + [b"not-hex"]  # never fails
             compact = conn.execute(
@@ -175,5 +177,55 @@ def test_0012_digests_the_keys_and_stores_checksums_as_bytes_and_back(empty_data
                 ("custom.schema", "a", None, producers[1], None),
                 ("noetl.step", "a", "c", "p", "t/o/7/ключ"),
             ]
+    finally:
+        engine.dispose()
+
+
+def test_0016_leads_each_key_of_an_execution_with_its_id_and_back(empty_database_url: str) -> None:
+    import hashlib
+
+    from sqlalchemy import text
+
+    engine = create_db_engine(Settings(database_url=empty_database_url), pool_size=1)
+    columns = (
+        "event_id, tenant_id, organization_id, execution_id, stream_id, stream_version, aggregate_type, "
+        "event_type, schema_version, event_time, ingest_time, producer, idempotency_key, envelope_checksum"
+    )
+
+    def sha(key: str) -> bytes:
+        return hashlib.sha256(key.encode()).digest()
+
+    # (event, execution, key as stored, key's text): relative to its execution, literal, of no execution
+    events = ((1, 7, "\x01k1", "t/o/7/k1"), (2, None, "catalog/a/1", "catalog/a/1"), (3, 9, "x/k1", "x/k1"))
+    try:
+        migrate.upgrade(engine, "0015")
+        with engine.begin() as conn:
+            for n, execution, stored, key in events:
+                conn.execute(
+                    text(
+                        f"INSERT INTO event ({columns}) VALUES (:id, 't', 'o', :x, 's', :id, 'x', 'step.done', 1, "
+                        "now(), now(), 'p', :key, '\\x00')"
+                    ),
+                    {"id": n, "x": execution, "key": stored},
+                )
+                conn.execute(
+                    text("INSERT INTO event_key VALUES (:d, :id)"), {"d": uuid.UUID(bytes=sha(key)[:16]), "id": n}
+                )
+        migrate.upgrade(engine, "0016")
+        with engine.begin() as conn:
+            rows = conn.execute(text("SELECT key_digest, event_id FROM event_key ORDER BY event_id")).all()
+            assert (
+                [(r[0].bytes, r[1]) for r in rows]
+                == [
+                    ((7).to_bytes(8, "big") + sha("t/o/7/k1")[:8], 1),
+                    (sha("catalog/a/1")[:16], 2),  # no execution: as it was
+                    ((9).to_bytes(8, "big") + sha("x/k1")[:8], 3),
+                ]
+            )
+            assert [r[0] for r in rows] == [key_digest(key, x) for _n, x, _s, key in events]  # as the appends do
+        migrate.downgrade(engine, "0015")
+        with engine.begin() as conn:
+            rows = conn.execute(text("SELECT key_digest, event_id FROM event_key ORDER BY event_id")).all()
+            assert [(r[0].bytes, r[1]) for r in rows] == [(sha(key)[:16], n) for n, _x, _s, key in events]
     finally:
         engine.dispose()

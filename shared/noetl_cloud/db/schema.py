@@ -91,7 +91,8 @@ event = Table(
 # partition key): inserted before the events, in the same statement; an event whose key it skipped is
 # not written. Its rows leave with their event's partition (retention deletes them by key, joining the
 # partition it drops: no second index, every appended key costs one index entry). A key is stored as
-# its 16-byte digest (``noetl_cloud.eventlog.keys``, migration 0012); the event row keeps its text.
+# 16 bytes, its execution id then 64 bits of its digest (``noetl_cloud.eventlog.keys``, migrations 0012
+# and 0016: the index's inserts follow time); the event row keeps its text.
 event_key = Table(
     "event_key",
     metadata,

@@ -25,7 +25,7 @@ class InMemoryEventStore:
     events: list[EventEnvelope] = field(default_factory=list)
     outbox: list[dict[str, Any]] = field(default_factory=list)
     _streams: dict[str, list[EventEnvelope]] = field(default_factory=dict)
-    _keys: set[str] = field(default_factory=set)
+    _keys: set[tuple[str, str]] = field(default_factory=set)  # (execution, key): unique by execution, eventlog.keys
     _ids: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -38,10 +38,10 @@ class InMemoryEventStore:
             current = len(stream)
             if expected_version is not None and expected_version != current:
                 raise StreamVersionConflict(stream_id, expected_version, current)
-            keys = [e.idempotency_key for e in events if e.idempotency_key is not None]
-            used = [k for k in keys if k in self._keys]
-            if used or len(set(keys)) != len(keys):
-                raise DuplicateIdempotencyKey(used or keys)
+            scoped = [(e.execution_id or "", e.idempotency_key) for e in events if e.idempotency_key]
+            used = [key for key in scoped if key in self._keys]
+            if used or len(set(scoped)) != len(scoped):
+                raise DuplicateIdempotencyKey([key for _, key in used or scoped])
             reused = [e.event_id for e in events if e.event_id in self._ids]
             if reused or len({e.event_id for e in events}) != len(events):
                 raise DuplicateEventId(f"event id(s) already stored: {reused}")
@@ -49,7 +49,7 @@ class InMemoryEventStore:
             sealed = [e.sealed(stream_version=current + i, ingest_time=now) for i, e in enumerate(events, 1)]
             self._streams[stream_id] = stream + sealed
             self.events.extend(sealed)
-            self._keys.update(keys)
+            self._keys.update(scoped)
             self._ids.update(e.event_id for e in sealed)
             self.outbox.extend(mirror_messages(sealed, self.events_topic))
             return sealed

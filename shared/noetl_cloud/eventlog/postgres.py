@@ -328,7 +328,7 @@ class PostgresEventStore:
         keys = batch.insert(
             key_table,
             [
-                {"key_digest": str(key_digest(e.idempotency_key)), "event_id": int(e.event_id)}
+                {"key_digest": str(key_digest(e.idempotency_key, e.execution_id)), "event_id": int(e.event_id)}
                 for e in sealed
                 if e.idempotency_key
             ],
@@ -349,8 +349,7 @@ class PostgresEventStore:
 
         def check() -> None:
             if len(inserted.returned) != len(sealed):
-                keys = [e.idempotency_key for e in sealed if e.idempotency_key is not None]
-                raise DuplicateIdempotencyKey(self._used_keys(conn, keys, {r[0] for r in inserted.returned}))
+                raise DuplicateIdempotencyKey(self._used_keys(conn, sealed, {r[0] for r in inserted.returned}))
             if outbox is None:
                 return
             # The rows as written, rebuilt from what was sent (no JSON read back): (event, topic) is unique.
@@ -369,13 +368,15 @@ class PostgresEventStore:
         return int(conn.execute(_VERSION, {"stream_id": stream_id}).scalar() or 0)
 
     @staticmethod
-    def _used_keys(conn: Connection, keys: list[str], inserted: set[int]) -> list[str]:
-        digests = {key_digest(key): key for key in keys}
+    def _used_keys(conn: Connection, sealed: Sequence[EventEnvelope], inserted: set[int]) -> list[str]:
+        """The keys of ``sealed`` that events other than those ``inserted`` hold (all of them when none
+        do: the batch repeated a key of its own)."""
+        keys = {key_digest(e.idempotency_key, e.execution_id): e.idempotency_key for e in sealed if e.idempotency_key}
         rows = conn.execute(
-            select(key_table.c.key_digest, key_table.c.event_id).where(key_table.c.key_digest.in_(list(digests)))
+            select(key_table.c.key_digest, key_table.c.event_id).where(key_table.c.key_digest.in_(list(keys)))
         ).all()
-        used = [digests[digest] for digest, event_id in rows if event_id not in inserted]
-        return used or keys
+        used = [keys[digest] for digest, event_id in rows if event_id not in inserted]
+        return used or [e.idempotency_key for e in sealed if e.idempotency_key is not None]
 
     def stream_version(self, stream_id: str) -> int:
         with self.engine.connect() as conn:

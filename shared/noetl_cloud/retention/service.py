@@ -64,7 +64,8 @@ _LOCK = text(
 )
 # The digest of a stored key (noetl_cloud.eventlog.stored: relative to its execution) of an ``event`` row ``e``.
 _KEY_DIGEST = KEY_DIGEST_SQL.format(
-    KEY_TEXT_SQL.format(k="e.idempotency_key", t="e.tenant_id", o="e.organization_id", x="e.execution_id")
+    k=KEY_TEXT_SQL.format(k="e.idempotency_key", t="e.tenant_id", o="e.organization_id", x="e.execution_id"),
+    x="e.execution_id",
 )
 _EVENTS = text(f"SELECT {', '.join(archive.COLUMNS)} FROM event WHERE execution_id = :e ORDER BY position")
 _RECORD = text(
