@@ -22,7 +22,7 @@ the projector. In order:
    Each run begins once both projectors have folded what the runs before it started, so no run shares
    the cores with the other side's catch-up. Beside it, the cost of one start to the control plane in
    this process, alternating grown and twin (bench/scale_inprocess.py): "in process" in the table, the
-   twin's median over the grown one's, the figure that does not move with the machine's load. Seeding clones
+   twin's median over the grown one's, which the machine's load moves far less. Seeding clones
    the template's rows (execution, stream, events, commands, projections) with new snowflake ids in
    bulk ``INSERT ... SELECT ... generate_series`` statements, then ``VACUUM ANALYZE`` and a checkpoint
    (a table in service grows gradually, autovacuum keeping up).
