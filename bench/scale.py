@@ -13,28 +13,29 @@ the projector. In order:
    versions freed are reused, as in service). Their rows are kept as the seeding template. Then retention (an archive
    folder, its clock 40 days ahead) archives them and drops what nothing live needs; the bytes left
    per execution (after ``VACUUM FULL``) and the Parquet archive's bytes per execution are printed.
-2. Start throughput (the best of four runs of ``--starts`` single ``POST /api/execute`` from 8 threads,
-   into a pool no worker serves, so nothing else runs) on the database when it is empty, after seeding
-   to ``--executions / 3`` and after seeding to ``--executions``, each measured back to back with the
-   same on a twin database kept near empty (its own execute and projector roles; runs interleaved twin,
-   grown, grown, twin, twice): the ratio at a size is grown over twin, measured seconds apart, not
-   against the empty run minutes earlier on a machine whose load moves (that ratio is printed too).
-   Each run begins once both projectors have folded what the runs before it started, so no run shares
-   the cores with the other side's catch-up. Beside it, the cost of one start to the control plane in
-   this process, alternating grown and twin (bench/scale_inprocess.py): "in process" in the table, the
-   twin's median over the grown one's, which the machine's load moves far less. Seeding clones
-   the template's rows (execution, stream, events, commands, projections) with new snowflake ids in
-   bulk ``INSERT ... SELECT ... generate_series`` statements, then ``VACUUM ANALYZE`` and a checkpoint
-   (a table in service grows gradually, autovacuum keeping up).
+2. Start throughput (bench/scale_start.py: runs of ``--starts`` single ``POST /api/execute`` from 8
+   threads, into a pool no worker serves, so nothing else runs) on the database when it is empty, after
+   seeding to ``--executions / 3`` and after seeding to ``--executions``, each measured back to back
+   with the same on a twin database kept near empty (each side with an execute and a projector role of
+   its own, started together; runs interleaved twin, grown, grown, twin, six times): the ratio at a
+   size is the median of the twelve adjacent pairs' grown over twin, measured seconds apart, not
+   against the empty run minutes earlier on a machine whose load moves (that ratio is printed too). A
+   side's projector is paused while its run is timed and folds the run's starts after it, untimed,
+   before the next run begins. Beside it, the cost of one start to the control plane in this process,
+   alternating grown and twin (bench/scale_inprocess.py): "in process" in the table, the twin's median
+   over the grown one's. Seeding clones the template's rows (execution, stream, events, commands,
+   projections) with new snowflake ids in bulk ``INSERT ... SELECT ... generate_series`` statements,
+   then ``VACUUM ANALYZE`` and a checkpoint (a table in service grows gradually, autovacuum keeping up).
 3. A burst of ``--burst`` 3-step executions through the worker, a sampler beside it
    (bench/scale_fold.py): events written per second over the writing span against events folded per
    second over the folding span (the rise of ``projection_tracking.version`` summed over the burst's
    executions), and how long after the last write the projection was current. bench/projector_fold.py
    measures the projector role alone, in process, at the tip and behind.
 4. Sequential noop loops of each ``--loops`` length: per-iteration cost is the time from one
-   iteration's command to the next's; the mean of the last hundred over the mean of the first hundred.
+   iteration's command to the next's; the mean of the last hundred over the mean of the first hundred,
+   from the second iteration on (the first command is the one delivered through Pub/Sub).
 
-    make up && .venv/bin/python bench/scale.py [--executions 300000] [--loops 2000,10000]
+    .venv/bin/noetl-cloud local up && .venv/bin/python bench/scale.py --starts 1500   # about 16 minutes
     .venv/bin/python bench/scale.py --executions 20000 --loops 300,1000 --starts 300   # quick check
     .venv/bin/python bench/scale.py --only bytes              # step 1 alone: the bytes table, in about a minute
     .venv/bin/python bench/scale.py --only fold [--burst 500]  # step 3 alone (about a minute)
@@ -50,11 +51,12 @@ import argparse
 import itertools
 import os
 import secrets
+import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -71,13 +73,13 @@ from noetl_cloud.retention.partitions import ensure_ahead
 from noetl_cloud.retention.service import RetentionService
 from noetl_cloud.settings import Settings
 from noetl_cloud.web.client import ApiClient, static_token
-from scale_db import CLONED, TABLES, fresh_database, scalar, seed, settle, table_bytes
+from scale_db import CLONED, TABLES, fresh_database, scalar, seed, settle, table_bytes, wait_folded
 from scale_fold import fold_against_write, print_fold
-from scale_inprocess import start_cost
+from scale_start import IDLE_POOL, ROUNDS, THREADS, Side, back_to_back, in_process, start_rate
 
 TOKEN = secrets.token_hex(16)
 TWIN_DB = "bench_scale_twin"
-IDLE_POOL = "scale-idle"  # a pool with a topic and no worker: started executions stay issued
+IN_PROCESS = 300  # starts a side of the in-process measure (bench/scale_inprocess.py)
 LOOP = """\
 apiVersion: noetl.io/v2
 kind: Playbook
@@ -139,17 +141,6 @@ def wait_ended(engine: Engine, ids: list[str], timeout: float) -> None:
 
     if not wait_until(ended, timeout=timeout, interval=0.2):
         raise SystemExit(f"{len(ids)} executions did not end within {timeout:.0f} s")
-
-
-def wait_folded(engine: Engine, ids: list[str], timeout: float) -> None:
-    """Until the projection of each of ``ids`` has folded every event of its execution (a note if not)."""
-    folded = (
-        "SELECT count(*) FROM projection_tracking t WHERE execution_id = ANY(CAST(:ids AS bigint[])) "
-        "AND version = (SELECT count(*) FROM event e WHERE e.execution_id = t.execution_id)"
-    )
-    listed = "{" + ",".join(ids) + "}"
-    if not wait_until(lambda: scalar(engine, folded, ids=listed) == len(ids), timeout=timeout, interval=0.5):
-        print(f"  note: {len(ids) - scalar(engine, folded, ids=listed)} projections still behind after {timeout:.0f} s")
 
 
 # -- 1. bytes per execution, before and after retention ---------------------------------------------
@@ -224,61 +215,31 @@ def bytes_per_execution(api: Api, engine: Engine, settings: Settings, sample: in
 # -- 2. start throughput at growing sizes ---------------------------------------------------------
 
 
-def start_twin(
-    env: dict[str, str],
+def start_side(
+    name: str,
+    url: str,
     common: dict[str, str],
     port: int,
     pubsub_clients: tuple[Any, Any],
     cleanup: tuple[list[Any], list[str]],
-) -> tuple[tuple[Api, Engine], dict[str, str]]:
-    """The twin of step 2: a fresh database with an execute role (``port``) and a projector role
-    (``port + 1``) of its own, on an events topic of its own; its processes and subscription go to
-    ``cleanup``. Its API and engine, and its roles' environment."""
+) -> tuple[Side, dict[str, str]]:
+    """A database of step 2 (bench/scale_start.py) with an execute role (``port``) and a projector role
+    (``port + 1``) of its own, on an events topic of its own, started into the pool no worker serves. Both
+    sides get theirs together, so neither side's processes carry the history of steps before (step 1
+    ran through the first roles). Its processes and subscription go to ``cleanup``. The side, and its
+    roles' environment."""
     publisher, subscriber = pubsub_clients
     procs, subs = cleanup
-    url = fresh_database(env["NOETL_DATABASE_URL"], TWIN_DB)
-    topic = common["NOETL_EVENTS_TOPIC"] + "-twin"
+    topic = f"{common['NOETL_EVENTS_TOPIC']}-{name}"
     publisher.create_topic(name=f"projects/{PROJECT}/topics/{topic}")
-    twin_env = {**common, "NOETL_DATABASE_URL": url, "NOETL_EVENTS_TOPIC": topic}
-    procs.append(start_role("execute", twin_env, port, workers=2, threads=8))
-    procs.append(start_role("projector", twin_env, port + 1, workers=1, threads=8))
+    side_env = {**common, "NOETL_DATABASE_URL": url, "NOETL_EVENTS_TOPIC": topic}
+    procs.append(start_role("execute", side_env, port, workers=2, threads=8))
+    procs.append(start_role("projector", side_env, port + 1, workers=1, threads=8))
     subs.append(push_subscription(subscriber, topic, f"{topic}-p", f"http://127.0.0.1:{port + 1}/?token={TOKEN}"))
     api = Api(f"http://127.0.0.1:{port}")
-    api.register(PLAYBOOK)
-    return (api, create_engine(normalize_url(url), pool_size=2)), twin_env
-
-
-ROUNDS = 2  # of twin, grown, grown, twin: the best of four runs a side
-IN_PROCESS = 300  # starts a side of the in-process measure (bench/scale_inprocess.py)
-
-
-def back_to_back(grown: tuple[Api, Engine], twin: tuple[Api, Engine], n: int) -> tuple[float, float]:
-    """Start throughput on the grown database and on its twin (a database kept near empty, with its own
-    execute and projector roles), interleaved twin, grown, grown, twin, :data:`ROUNDS` times: the best
-    run of each, seconds apart, so a change in the machine's load between sizes does not read as a change
-    with size, and each side has as many runs first and last in a pair as the other."""
-    settle(twin[1])  # as the grown one is after its seeding: vacuumed, analyzed, checkpointed
-    rates: dict[str, float] = {"twin": 0.0, "grown": 0.0}
-    for side in ("twin", "grown", "grown", "twin") * ROUNDS:
-        api, engine = twin if side == "twin" else grown
-        rates[side] = max(rates[side], start_rate(api, engine, n, repeats=1))
-    return rates["grown"], rates["twin"]
-
-
-def start_rate(api: Api, engine: Engine, n: int, repeats: int = 2) -> float:
-    """Executions started per second: the best of ``repeats`` runs of ``n`` (the machine is shared: the
-    best run is the one least disturbed). Each run begins once the relay has published what the last one
-    wrote; after it, untimed, the projector folds what it started (else that catch-up would run during
-    the next run, on this side or the other's)."""
-    best = 0.0
-    for _ in range(repeats):
-        wait_until(lambda: scalar(engine, "SELECT count(*) FROM outbox") == 0, timeout=60, interval=0.5)
-        begin = time.perf_counter()
-        with ThreadPoolExecutor(8) as pool:
-            ids = list(pool.map(lambda _i: api.start("bench/three", IDLE_POOL), range(n)))
-        best = max(best, n / (time.perf_counter() - begin))
-        wait_folded(engine, ids, timeout=120)
-    return best
+    api.register(PLAYBOOK)  # the twin's first; the grown database has it (the same content: no new version)
+    engine = create_engine(normalize_url(url), pool_size=2)
+    return Side(name, lambda: api.start("bench/three", IDLE_POOL), engine, subscriber, subs[-1]), side_env
 
 
 # -- 3. projector fold rate against the write rate of a burst -------------------------------------
@@ -321,7 +282,10 @@ def loop_cost(api: Api, engine: Engine, n: int) -> dict[str, float]:
                 {"e": int(eid)},
             )
         ]
-    steps = [(b - a).total_seconds() for a, b in itertools.pairwise(issued)]
+    # Not the first step: the loop's first command reaches the worker through its topic (a Pub/Sub push,
+    # 0.1-0.6 s here), every later one in the answer to the worker's report (eager dispatch, within its
+    # budget): counted, that one delivery made the first hundred look up to twice as costly.
+    steps = [(b - a).total_seconds() for a, b in itertools.pairwise(issued)][1:]
     head, tail = steps[:100], steps[-100:]
     return {
         "iterations": len(issued),
@@ -350,6 +314,12 @@ def main() -> None:
 
     env = LocalStack.from_env(os.environ).up(echo=lambda _line: None)
     publisher, subscriber = pubsub(env)
+    # A run stopped by a signal deletes its subscriptions (the finally below); one killed harder left them
+    # pushing its backlog to these ports, into this run's roles: they go first.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    for stale in subscriber.list_subscriptions(request={"project": f"projects/{PROJECT}"}):  # type: ignore[attr-defined]
+        if stale.name.rsplit("/", 1)[-1].startswith("scale-"):
+            subscriber.delete_subscription(subscription=stale.name)  # type: ignore[attr-defined]
     url = fresh_database(env["NOETL_DATABASE_URL"])
     prefix = f"scale-{secrets.token_hex(3)}-commands-"
     events_topic = prefix.removesuffix("-commands-") + "-events"
@@ -399,11 +369,14 @@ def main() -> None:
             print_bytes(args.sample, size)
             return
         settle(engine)
-        twin, twin_env = start_twin(env, common, port + 3, (publisher, subscriber), (procs, subs))
-        for side in ((api, engine), twin):  # warm: connections, prepared statements, the catalog cache
-            start_rate(*side, max(50, args.starts // 5), repeats=1)
-        rates = {0: back_to_back((api, engine), twin, args.starts)}
-        costs = {0: start_cost(common, twin_env, "bench/three", IDLE_POOL, IN_PROCESS)}
+        clients, cleanup = (publisher, subscriber), (procs, subs)
+        grown, grown_env = start_side("grown", url, common, port + 3, clients, cleanup)
+        twin_url = fresh_database(env["NOETL_DATABASE_URL"], TWIN_DB)
+        twin, twin_env = start_side("twin", twin_url, common, port + 5, clients, cleanup)
+        for warmed in (grown, twin):  # warm: connections, prepared statements, the catalog cache
+            start_rate(warmed, max(50, args.starts // 5))
+        rates = {0: back_to_back(grown, twin, args.starts)}
+        costs = {0: in_process(grown, twin, (grown_env, twin_env), IN_PROCESS)}
         mid = args.executions // 3
         seeded = 0
         for target in (mid, args.executions):
@@ -411,10 +384,10 @@ def main() -> None:
             seed(engine, size["template"], seeded, target - seeded)
             print(f"seeded {target - seeded} executions in {time.perf_counter() - begin:.1f} s", flush=True)
             seeded = target
-            rates[target] = back_to_back((api, engine), twin, args.starts)
-            costs[target] = start_cost(common, twin_env, "bench/three", IDLE_POOL, IN_PROCESS)
-            grown, near_empty = rates[target]
-            print(f"progress: start throughput at {target}: {grown:.1f}/s (twin: {near_empty:.1f}/s)", flush=True)
+            rates[target] = back_to_back(grown, twin, args.starts)
+            costs[target] = in_process(grown, twin, (grown_env, twin_env), IN_PROCESS)
+            at = rates[target]
+            print(f"progress: start throughput at {target}: {at['grown']:.1f}/s (twin: {at['twin']:.1f}/s)", flush=True)
         fold = burst(api, engine, args.burst, f"http://127.0.0.1:{port + 2}")
         print(f"progress: fold {fold['folded_per_s']:.0f}/s, write {fold['written_per_s']:.0f}/s", flush=True)
         loop_results = {}
@@ -432,21 +405,21 @@ def main() -> None:
 
     print_bytes(args.sample, size, last=False)
     print(
-        f"start throughput (best of {2 * ROUNDS} x {args.starts} single starts, 8 threads, back to back with the twin "
-        f"database; {event_rows} event rows at the end):"
+        f"start throughput (median of {2 * ROUNDS} runs a side of {args.starts} single starts, {THREADS} threads, "
+        f"back to back with the twin database, the projectors paused while timed; the ratio is the median of the "
+        f"{2 * ROUNDS} adjacent pairs'; {event_rows} event rows at the end):"
     )
-    for n, (grown, near_empty) in rates.items():
+    for n, at in rates.items():
         print(
-            f"  at {n:>8} executions: {grown:7.1f}/s, twin {near_empty:7.1f}/s: ratio {grown / near_empty:.2f}"
-            f"   (to this database's own run at 0, minutes earlier: {grown / rates[0][0]:.2f}; in process: "
-            f"{costs[n]:.2f})"
+            f"  at {n:>8} executions: {at['grown']:7.1f}/s, twin {at['twin']:7.1f}/s: ratio {at['ratio']:.2f}"
+            f"   (to this database's own run at 0, minutes earlier: {at['grown'] / rates[0]['grown']:.2f}; in "
+            f"process: {costs[n]:.2f})"
         )
     print_fold(args.burst, fold, ratio=False)
     print_loops(loop_results, last=False)
     if args.executions != 300_000:
         print(f"(start_300k below is measured at {args.executions} executions: --executions)")
-    grown, near_empty = rates[args.executions]
-    print(f"ratio start_300k: {grown / near_empty:.2f}")
+    print(f"ratio start_300k: {rates[args.executions]['ratio']:.2f}")
     print(f"ratio projector_fold_to_write: {fold['folded_per_s'] / fold['written_per_s']:.2f}")
     print_loops(loop_results, table=False)
     print(f"bytes per execution: {round(size['total'])}")

@@ -13,6 +13,7 @@ import execute  # bench/execute.py
 from noetl_cloud.envelope import utc_now
 from noetl_cloud.eventlog.keys import KEY_DIGEST_SQL
 from noetl_cloud.eventlog.stored import KEY_TEXT_SQL
+from noetl_cloud.local.process import wait_until
 from noetl_cloud.retention.partitions import first_id
 
 DB = "bench_scale"
@@ -148,3 +149,14 @@ def settle(engine: Engine) -> None:
             conn.execute(text("CHECKPOINT"))
         except Exception as exc:  # noqa: BLE001 - needs pg_checkpoint; a figure, not a failure
             print(f"  note: no CHECKPOINT ({type(exc).__name__})")
+
+
+def wait_folded(engine: Engine, ids: list[str], timeout: float) -> None:
+    """Until the projection of each of ``ids`` has folded every event of its execution (a note if not)."""
+    folded = (
+        "SELECT count(*) FROM projection_tracking t WHERE execution_id = ANY(CAST(:ids AS bigint[])) "
+        "AND version = (SELECT count(*) FROM event e WHERE e.execution_id = t.execution_id)"
+    )
+    listed = "{" + ",".join(ids) + "}"
+    if not wait_until(lambda: scalar(engine, folded, ids=listed) == len(ids), timeout=timeout, interval=0.5):
+        print(f"  note: {len(ids) - scalar(engine, folded, ids=listed)} projections still behind after {timeout:.0f} s")

@@ -6,8 +6,9 @@ shared cores: it moves by 10-20 % between runs whatever the sizes. This one take
 plane code (``Executions.start_one``: the catalog cache, the one write statement, the publish of its
 outbox rows to the emulator, as the execute role does) on one thread, alternating grown and twin so a
 change of the machine's load falls on both alike; the ratio of the medians is what a start costs more
-on the grown database. The executions it starts are published like the role's, so the projectors
-fold them too.
+on the grown database. The executions it starts are published like the role's; bench/scale_start.py
+pauses both projectors meanwhile (folding beside the measure, they moved it by 5-7 %) and has them
+fold these starts afterwards.
 """
 
 from __future__ import annotations
@@ -23,20 +24,25 @@ from noetl_cloud.settings import Settings
 WARM = 30  # starts a side before the timed ones: connections, prepared statements, the catalog cache
 
 
-def start_cost(grown_env: Mapping[str, str], twin_env: Mapping[str, str], path: str, pool: str, n: int) -> float:
-    """The median time of a start on the grown database over the same on the twin (``n`` each)."""
+def start_cost(
+    grown_env: Mapping[str, str], twin_env: Mapping[str, str], path: str, pool: str, n: int
+) -> tuple[float, list[list[str]]]:
+    """The median time of a start on the twin over the same on the grown database (``n`` each), and the
+    ids of the executions started on each (grown, twin)."""
     request = ExecuteRequest.model_validate({"path": path, "execution_pool": pool})
     planes = [ControlPlane(Settings.from_env({**env, "NOETL_ROLE": "execute"})) for env in (grown_env, twin_env)]
     times: list[list[float]] = [[], []]
+    started: list[list[str]] = [[], []]
     try:
-        for plane in planes:
+        for side, plane in enumerate(planes):
             for _ in range(WARM):
-                plane.executions.start_one(request)
+                started[side].append(str(plane.executions.start_one(request).execution_id))
         for i in range(n):
             for side in (0, 1) if i % 2 else (1, 0):  # each side first in half of the pairs
                 begin = time.perf_counter()
-                planes[side].executions.start_one(request)
+                result = planes[side].executions.start_one(request)
                 times[side].append(time.perf_counter() - begin)
+                started[side].append(str(result.execution_id))
     finally:
         for plane in planes:
             plane.relay.close()
@@ -47,4 +53,4 @@ def start_cost(grown_env: Mapping[str, str], twin_env: Mapping[str, str], path: 
         f"grown database, {twin * 1000:.3f} ms on the twin: ratio {twin / grown:.2f}",
         flush=True,
     )
-    return twin / grown
+    return twin / grown, started

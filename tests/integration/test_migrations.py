@@ -229,3 +229,47 @@ def test_0016_leads_each_key_of_an_execution_with_its_id_and_back(empty_database
             assert [(r[0].bytes, r[1]) for r in rows] == [(sha(key)[:16], n) for n, _x, _s, key in events]
     finally:
         engine.dispose()
+
+
+def test_0017_stores_projection_digests_as_their_bytes_and_back(empty_database_url: str) -> None:
+    from sqlalchemy import text
+
+    engine = create_db_engine(Settings(database_url=empty_database_url), pool_size=1)
+    checksum, digest = "ab" * 32, "cd" * 32
+    try:
+        migrate.upgrade(engine, "0016")
+        with engine.begin() as conn:
+            for page, value in ((0, ""), (1, checksum), (2, "not hex")):  # empty on all but the last page
+                conn.execute(
+                    text(
+                        "INSERT INTO projection (tenant_id, organization_id, execution_id, projection_type, page, "
+                        "version, state, checksum, upcaster_registry_digest, reducer_version) "
+                        "VALUES ('t', 'o', 7, 'commands', :page, 1, '[]', :c, :d, 1)"
+                    ),
+                    {"page": page, "c": value, "d": digest},
+                )
+            conn.execute(
+                text(
+                    "INSERT INTO projection_tracking (tenant_id, organization_id, execution_id, version, position, "
+                    "upcaster_registry_digest, reducer_version) VALUES ('t', 'o', 7, 1, 1, :d, 1)"
+                ),
+                {"d": digest},
+            )
+        migrate.upgrade(engine, "0017")
+        with engine.begin() as conn:
+            rows = conn.execute(text("SELECT checksum, upcaster_registry_digest FROM projection ORDER BY page")).all()
+            tracked = conn.execute(text("SELECT upcaster_registry_digest FROM projection_tracking")).scalar_one()
+        assert [(bytes(c), bytes(d)) for c, d in rows] == [
+            (b"", bytes.fromhex(digest)),
+            (bytes.fromhex(checksum), bytes.fromhex(digest)),
+            (b"not hex", bytes.fromhex(digest)),  # not hex digits: its bytes, the upgrade does not fail
+        ]
+        assert bytes(tracked) == bytes.fromhex(digest)
+        migrate.downgrade(engine, "0016")
+        with engine.begin() as conn:
+            rows = conn.execute(text("SELECT checksum, upcaster_registry_digest FROM projection ORDER BY page")).all()
+            tracked = conn.execute(text("SELECT upcaster_registry_digest FROM projection_tracking")).scalar_one()
+        assert [tuple(r) for r in rows] == [("", digest), (checksum, digest), (b"not hex".hex(), digest)]
+        assert tracked == digest
+    finally:
+        engine.dispose()

@@ -35,6 +35,12 @@ def _default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+def as_bytea(hex_digits: str) -> str:
+    """Hex digits as the text form of their bytes: what a ``bytea`` column of an inserted row takes (the
+    rows travel as JSON, so bytes go as text)."""
+    return "\\x" + hex_digits
+
+
 @lru_cache(maxsize=128)
 def _statement(table: Table, columns: tuple[str, ...], suffix: str) -> Any:
     names = ", ".join(f'"{c}"' for c in columns)

@@ -364,8 +364,9 @@ projection = Table(
     Column("page", Integer, primary_key=True, autoincrement=False, server_default=text("0")),
     Column("version", BigInteger, nullable=False),
     Column("state", JSONB, nullable=False),
-    Column("checksum", Text, nullable=False),
-    Column("upcaster_registry_digest", Text, nullable=False),
+    # The SHA-256s' 32 bytes (migration 0017); the readers hand them out as hex.
+    Column("checksum", LargeBinary, nullable=False),
+    Column("upcaster_registry_digest", LargeBinary, nullable=False),
     Column("reducer_version", Integer, nullable=False),
     CheckConstraint(
         "projection_type IN ('execution', 'stages', 'frames', 'commands', 'loops', 'business_objects', 'payload_refs')",
@@ -418,7 +419,7 @@ projection_tracking = Table(
     Column("version", BigInteger, nullable=False),
     Column("position", BigInteger, nullable=False),
     Column("last_event_id", BigInteger, nullable=True),
-    Column("upcaster_registry_digest", Text, nullable=False),
+    Column("upcaster_registry_digest", LargeBinary, nullable=False),  # its 32 bytes (migration 0017)
     Column("reducer_version", Integer, nullable=False),
     Column("event_time_watermark", DateTime(timezone=True), nullable=True),
     Column("lag_ms", BigInteger, nullable=True),

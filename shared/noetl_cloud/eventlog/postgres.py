@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.exc import IntegrityError
 
-from noetl_cloud.db.bulk import InsertBatch
+from noetl_cloud.db.bulk import InsertBatch, as_bytea
 from noetl_cloud.db.schema import event as event_table
 from noetl_cloud.db.schema import event_key as key_table
 from noetl_cloud.db.schema import outbox as outbox_table
@@ -100,8 +100,8 @@ def _row(envelope: EventEnvelope) -> dict[str, Any]:
         "payload": envelope.payload,
         "payload_ref": envelope.payload_ref.model_dump(mode="json") if envelope.payload_ref else None,
         "meta": envelope.meta,
-        # bytea from JSON text (InsertBatch): the checksum's 32 bytes, not its 64 hex digits.
-        "envelope_checksum": None if envelope.envelope_checksum is None else "\\x" + envelope.envelope_checksum,
+        # The checksum's 32 bytes, not its 64 hex digits.
+        "envelope_checksum": None if envelope.envelope_checksum is None else as_bytea(envelope.envelope_checksum),
     }
 
 

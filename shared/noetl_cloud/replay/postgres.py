@@ -33,8 +33,10 @@ _COUNT_UPTO = text(f"SELECT count(*) FROM event WHERE {SCOPE} AND position <= :u
 _TIP = text(f"SELECT count(*) AS n, max(position) AS tip FROM event WHERE {SCOPE}")
 _EVENT_POSITION = text(f"SELECT position FROM event WHERE {SCOPE} AND event_id = :id")
 _TIME_POSITION = text(f"SELECT max(position) FROM event WHERE {SCOPE} AND ingest_time <= :at")
+# The registry digest is stored as its bytes (migration 0017) and read as hex.
 _TRACKING_COLUMNS = (
-    "version, position, last_event_id, upcaster_registry_digest, reducer_version, lag_ms, projected_at, row_kinds"
+    "version, position, last_event_id, encode(upcaster_registry_digest, 'hex') AS upcaster_registry_digest, "
+    "reducer_version, lag_ms, projected_at, row_kinds"
 )
 _TRACKING = text(f"SELECT {_TRACKING_COLUMNS} FROM projection_tracking WHERE {SCOPE}")
 _TRACKING_LOCKED = text(f"SELECT {_TRACKING_COLUMNS} FROM projection_tracking WHERE {SCOPE} FOR UPDATE")
@@ -55,8 +57,8 @@ EVENT_AND_TRACKING = text(
     "SELECT d.position AS d_position, d.tenant_id AS d_tenant_id, d.organization_id AS d_organization_id, "
     "d.execution_id AS d_execution_id, d.stream_id AS d_stream_id, "
     "t.version AS t_version, t.position AS t_position, t.last_event_id AS t_last_event_id, "
-    "t.upcaster_registry_digest AS t_digest, t.reducer_version AS t_reducer_version, t.lag_ms AS t_lag_ms, "
-    "t.projected_at AS t_projected_at, t.row_kinds AS t_row_kinds "
+    "encode(t.upcaster_registry_digest, 'hex') AS t_digest, t.reducer_version AS t_reducer_version, "
+    "t.lag_ms AS t_lag_ms, t.projected_at AS t_projected_at, t.row_kinds AS t_row_kinds "
     "FROM event d LEFT JOIN projection_tracking t ON t.tenant_id = d.tenant_id "
     "AND t.organization_id = d.organization_id AND t.execution_id = d.execution_id WHERE d.event_id = :id"
 )

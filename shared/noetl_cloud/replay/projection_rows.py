@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, text
 
-from noetl_cloud.db.bulk import InsertBatch
+from noetl_cloud.db.bulk import InsertBatch, as_bytea
 from noetl_cloud.db.schema import projection, projection_tracking
 from noetl_cloud.envelope import canonical_json
 from noetl_cloud.replay.pages import PagedRows
@@ -23,15 +23,18 @@ from noetl_cloud.replay.state import LINEAGE, SURFACES, ReplayState, surface_che
 
 # A surface's checksum is its last page's.
 _CHECKSUMS = text(
-    f"SELECT DISTINCT ON (projection_type) projection_type, checksum FROM projection WHERE {SCOPE} "
+    "SELECT DISTINCT ON (projection_type) projection_type, encode(checksum, 'hex') AS checksum FROM projection "
+    f"WHERE {SCOPE} "
     "ORDER BY projection_type, page DESC"
 )
+# The checksum and the registry digest are stored as their bytes (migration 0017) and read as hex.
+_DIGEST = "encode(upcaster_registry_digest, 'hex') AS upcaster_registry_digest"
 _SURFACES = text(
-    "SELECT projection_type, page, version, state, upcaster_registry_digest, reducer_version FROM projection "
+    f"SELECT projection_type, page, version, state, {_DIGEST}, reducer_version FROM projection "
     f"WHERE {SCOPE} AND projection_type = ANY(:kinds) ORDER BY projection_type, page"
 )
 _HEADERS = text(
-    "SELECT projection_type, page, version, upcaster_registry_digest, reducer_version FROM projection "
+    f"SELECT projection_type, page, version, {_DIGEST}, reducer_version FROM projection "
     f"WHERE {SCOPE} ORDER BY projection_type, page"
 )
 _TRACKING_UPSERT_SUFFIX = (
@@ -191,7 +194,7 @@ def save_projection(
     common = {
         **key,
         "version": state.event_count,
-        "upcaster_registry_digest": registry_digest,
+        "upcaster_registry_digest": as_bytea(registry_digest),
         "reducer_version": reducer_version,
     }
     before = stored or frozenset()
@@ -212,7 +215,7 @@ def save_projection(
                 "projection_type": kind,
                 "page": page,
                 "state": page_rows,
-                "checksum": settled.checksum if page == settled.count - 1 else "",
+                "checksum": as_bytea(settled.checksum if page == settled.count - 1 else ""),
             }
             for page, page_rows in settled.pages.items()
         ]

@@ -36,7 +36,7 @@ def _pages(plane: ControlPlane, eid: str) -> dict[int, tuple[int, int, str]]:
     with plane.engine.connect() as conn:
         rows = conn.execute(
             text(
-                "SELECT page, jsonb_array_length(state), version, checksum FROM projection "
+                "SELECT page, jsonb_array_length(state), version, encode(checksum, 'hex') FROM projection "
                 "WHERE execution_id = :e AND projection_type = 'commands' ORDER BY page"
             ),
             {"e": int(eid)},

@@ -43,7 +43,8 @@ def _verify(client: FlaskClient, eid: str) -> dict[str, Any]:
 def _checksums(plane: ControlPlane, eid: str) -> dict[str, str]:
     with plane.engine.connect() as conn:
         rows = conn.execute(
-            text("SELECT projection_type, checksum FROM projection WHERE execution_id = :e"), {"e": int(eid)}
+            text("SELECT projection_type, encode(checksum, 'hex') FROM projection WHERE execution_id = :e"),
+            {"e": int(eid)},
         )
         return dict(rows.all())  # type: ignore[arg-type]
 
@@ -182,7 +183,7 @@ def test_lag_and_the_last_applied_event_are_exposed_and_drift_is_named(
             {"e": int(eid)},
         )
         conn.execute(
-            text("UPDATE projection SET checksum = 'forged' WHERE execution_id = :e AND projection_type = 'commands'"),
+            text("UPDATE projection SET checksum = '\\x00' WHERE execution_id = :e AND projection_type = 'commands'"),
             {"e": int(eid)},
         )
     report = _verify(rclient, eid)
@@ -205,7 +206,7 @@ def test_a_projection_folded_with_another_registry_is_refolded_from_the_first_ev
     driver.run_to_end(eid)
     projector_role.projector.project("acme", "ops", eid)
     with rplane.engine.begin() as conn:
-        conn.execute(text("UPDATE projection SET upcaster_registry_digest = 'retired', version = version + 100"))
+        conn.execute(text("UPDATE projection SET upcaster_registry_digest = '\\x0bad', version = version + 100"))
     again = projector_role.projector.project("acme", "ops", eid)
     assert again.refolded and again.applied > 0
     assert _verify(rclient, eid)["ok"]
