@@ -268,7 +268,7 @@ def burst(api: Api, engine: Engine, n: int, projector: str) -> dict[str, float]:
 # -- 4. sequential loops --------------------------------------------------------------------------
 
 
-def loop_cost(api: Api, engine: Engine, n: int) -> dict[str, float]:
+def loop_cost(api: Api, engine: Engine, n: int) -> dict[str, Any]:
     api.register(LOOP.format(n=n))
     eid = api.start(f"bench/loop{n}")
     wait_ended(engine, [eid], timeout=max(600.0, n * 0.2))
@@ -287,11 +287,13 @@ def loop_cost(api: Api, engine: Engine, n: int) -> dict[str, float]:
     # budget): counted, that one delivery made the first hundred look up to twice as costly.
     steps = [(b - a).total_seconds() for a, b in itertools.pairwise(issued)][1:]
     head, tail = steps[:100], steps[-100:]
+    tenth = max(1, len(steps) // 10)  # the shape along the loop: the median step of each tenth
     return {
         "iterations": len(issued),
         "first_ms": statistics.mean(head) * 1000,
         "last_ms": statistics.mean(tail) * 1000,
         "ratio": statistics.mean(tail) / statistics.mean(head),
+        "tenths_ms": [statistics.median(steps[i : i + tenth]) * 1000 for i in range(0, tenth * 10, tenth)],
     }
 
 
@@ -425,12 +427,13 @@ def main() -> None:
     print(f"bytes per execution: {round(size['total'])}")
 
 
-def print_loops(results: dict[int, dict[str, float]], *, table: bool = True, last: bool = True) -> None:
+def print_loops(results: dict[int, dict[str, Any]], *, table: bool = True, last: bool = True) -> None:
     """Step 4's lines; with ``last``, the ``ratio loop_last_to_first`` line (the longest loop's)."""
     for n, r in results.items() if table else ():
         print(
             f"sequential loop of {n}: first hundred {r['first_ms']:.1f} ms/iteration, last hundred "
-            f"{r['last_ms']:.1f} ms/iteration, ratio {r['ratio']:.2f} ({r['iterations']} iterations)"
+            f"{r['last_ms']:.1f} ms/iteration, ratio {r['ratio']:.2f} ({r['iterations']} iterations); median "
+            "step of each tenth: " + ", ".join(f"{ms:.2f}" for ms in r["tenths_ms"]) + " ms"
         )
     if not last:
         return
