@@ -33,11 +33,9 @@ _COUNT_UPTO = text(f"SELECT count(*) FROM event WHERE {SCOPE} AND position <= :u
 _TIP = text(f"SELECT count(*) AS n, max(position) AS tip FROM event WHERE {SCOPE}")
 _EVENT_POSITION = text(f"SELECT position FROM event WHERE {SCOPE} AND event_id = :id")
 _TIME_POSITION = text(f"SELECT max(position) FROM event WHERE {SCOPE} AND ingest_time <= :at")
-# The registry digest is stored as its bytes (migration 0017) and read as hex.
-_TRACKING_COLUMNS = (
-    "version, position, last_event_id, encode(upcaster_registry_digest, 'hex') AS upcaster_registry_digest, "
-    "reducer_version, lag_ms, projected_at, row_kinds"
-)
+#: The registry digest of a tracking or projection row, stored as its bytes (migration 0017), read as hex.
+DIGEST_HEX = "encode(upcaster_registry_digest, 'hex') AS upcaster_registry_digest"
+_TRACKING_COLUMNS = f"version, position, last_event_id, {DIGEST_HEX}, reducer_version, lag_ms, projected_at, row_kinds"
 _TRACKING = text(f"SELECT {_TRACKING_COLUMNS} FROM projection_tracking WHERE {SCOPE}")
 _TRACKING_LOCKED = text(f"SELECT {_TRACKING_COLUMNS} FROM projection_tracking WHERE {SCOPE} FOR UPDATE")
 # A fold's lock and read in one statement: the tracking row locked (FOR UPDATE returns its latest committed

@@ -18,23 +18,21 @@ from noetl_cloud.db.bulk import InsertBatch, as_bytea
 from noetl_cloud.db.schema import projection, projection_tracking
 from noetl_cloud.envelope import canonical_json
 from noetl_cloud.replay.pages import PagedRows
-from noetl_cloud.replay.postgres import KINDS, SCOPE, Tracking, scope_params
+from noetl_cloud.replay.postgres import DIGEST_HEX, KINDS, SCOPE, Tracking, scope_params
 from noetl_cloud.replay.state import LINEAGE, SURFACES, ReplayState, surface_checksum
 
-# A surface's checksum is its last page's.
+# A surface's checksum is its last page's (stored as its bytes, migration 0017; read as hex).
 _CHECKSUMS = text(
     "SELECT DISTINCT ON (projection_type) projection_type, encode(checksum, 'hex') AS checksum FROM projection "
     f"WHERE {SCOPE} "
     "ORDER BY projection_type, page DESC"
 )
-# The checksum and the registry digest are stored as their bytes (migration 0017) and read as hex.
-_DIGEST = "encode(upcaster_registry_digest, 'hex') AS upcaster_registry_digest"
 _SURFACES = text(
-    f"SELECT projection_type, page, version, state, {_DIGEST}, reducer_version FROM projection "
+    f"SELECT projection_type, page, version, state, {DIGEST_HEX}, reducer_version FROM projection "
     f"WHERE {SCOPE} AND projection_type = ANY(:kinds) ORDER BY projection_type, page"
 )
 _HEADERS = text(
-    f"SELECT projection_type, page, version, {_DIGEST}, reducer_version FROM projection "
+    f"SELECT projection_type, page, version, {DIGEST_HEX}, reducer_version FROM projection "
     f"WHERE {SCOPE} ORDER BY projection_type, page"
 )
 _TRACKING_UPSERT_SUFFIX = (
