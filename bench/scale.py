@@ -26,11 +26,15 @@ the projector. In order:
    over the grown one's. Seeding clones the template's rows (execution, stream, events, commands,
    projections) with new snowflake ids in bulk ``INSERT ... SELECT ... generate_series`` statements,
    then ``VACUUM ANALYZE`` and a checkpoint (a table in service grows gradually, autovacuum keeping up).
-3. A burst of ``--burst`` 3-step executions through the worker, a sampler beside it
-   (bench/scale_fold.py): events written per second over the writing span against events folded per
-   second over the folding span (the rise of ``projection_tracking.version`` summed over the burst's
-   executions), and how long after the last write the projection was current. bench/projector_fold.py
-   measures the projector role alone, in process, at the tip and behind.
+3. Two bursts of ``--burst`` 3-step executions through the worker, a sampler beside them
+   (bench/scale_fold.py; folded: the rise of ``projection_tracking.version`` summed over the burst's
+   executions). The first with the projector pushed to: events written per second over the writing span
+   against events folded per second over the folding span, and how long after the last write the
+   projection was current. The second with the projector's push paused while it writes: its write
+   rate against the rate at which the projector, resumed, folds the whole burst
+   (``ratio projector_fold_to_write``; folding beside the writes it can fold no faster than they come,
+   so the first ratio reads about 1.0 whenever it keeps pace). bench/projector_fold.py measures the
+   projector role alone, in process, at the tip and behind.
 4. Sequential noop loops of each ``--loops`` length: per-iteration cost is the time from one
    iteration's command to the next's; the mean of the last hundred over the mean of the first hundred,
    from the second iteration on (the first command is the one delivered through Pub/Sub).
@@ -38,8 +42,9 @@ the projector. In order:
     .venv/bin/noetl-cloud local up && .venv/bin/python bench/scale.py --starts 1500   # about 16 minutes
     .venv/bin/python bench/scale.py --executions 20000 --loops 300,1000 --starts 300   # quick check
     .venv/bin/python bench/scale.py --only bytes              # step 1 alone: the bytes table, in about a minute
-    .venv/bin/python bench/scale.py --only fold [--burst 500]  # step 3 alone (about a minute)
+    .venv/bin/python bench/scale.py --only fold [--burst 500]  # step 3 alone (about two minutes)
     .venv/bin/python bench/scale.py --only loop [--loops 10000]  # step 4 alone, on the empty database
+    .venv/bin/python bench/scale.py --only loop --grow --loops 10000  # step 4 on a database seeded to 300k
 
 Ends with ``ratio start_300k``, ``ratio projector_fold_to_write``, ``ratio loop_last_to_first`` (the
 longest loop) and ``bytes per execution`` (before retention). Never fails on timing.
@@ -57,6 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -74,8 +80,8 @@ from noetl_cloud.retention.service import RetentionService
 from noetl_cloud.settings import Settings
 from noetl_cloud.web.client import ApiClient, static_token
 from scale_db import CLONED, TABLES, fresh_database, scalar, seed, settle, table_bytes, wait_folded
-from scale_fold import fold_against_write, print_fold
-from scale_start import IDLE_POOL, ROUNDS, THREADS, Side, back_to_back, in_process, start_rate
+from scale_fold import fold_against_write, fold_behind, print_fold
+from scale_start import IDLE_POOL, ROUNDS, THREADS, Side, back_to_back, in_process, paused, start_rate
 
 TOKEN = secrets.token_hex(16)
 TWIN_DB = "bench_scale_twin"
@@ -252,17 +258,21 @@ def projector_process(projector: str) -> dict[str, Any]:
     return dict(answer.json["process"])
 
 
-def burst(api: Api, engine: Engine, n: int, projector: str) -> dict[str, float]:
-    """Step 3 (bench/scale_fold.py): ``n`` 3-step executions through the worker, the projector beside."""
+def burst(api: Api, engine: Engine, n: int, projector: str, pause: Callable[[], Any]) -> dict[str, Any]:
+    """Step 3 (bench/scale_fold.py): ``n`` 3-step executions through the worker, the projector beside;
+    then ``n`` more with its push paused (``pause``) while they are written."""
     with engine.connect() as conn:  # the scope of the bench's executions (the warm-up's, the samples')
-        scope = conn.execute(text("SELECT tenant_id, organization_id FROM execution LIMIT 1")).one()
-    return fold_against_write(
-        lambda: api.batch("bench/three", n),
-        lambda ids: wait_ended(engine, ids, timeout=900),
-        engine,
-        (scope[0], scope[1]),
-        lambda: projector_process(projector),
-    )
+        row = conn.execute(text("SELECT tenant_id, organization_id FROM execution LIMIT 1")).one()
+    scope = (row[0], row[1])
+
+    def run() -> list[str]:
+        return api.batch("bench/three", n)
+
+    def ended(ids: list[str]) -> None:
+        wait_ended(engine, ids, timeout=900)
+
+    beside = fold_against_write(run, ended, engine, scope, lambda: projector_process(projector))
+    return {**beside, "behind": fold_behind(run, ended, engine, scope, pause)}
 
 
 # -- 4. sequential loops --------------------------------------------------------------------------
@@ -311,6 +321,12 @@ def main() -> None:
         "(after a warm-up of 50 executions), the burst and the ratio projector_fold_to_write; loop: step 4 "
         "alone, on the empty database, and the ratio loop_last_to_first",
     )
+    parser.add_argument(
+        "--grow",
+        action="store_true",
+        help="with --only loop: step 1, then the database seeded to --executions before the loops (step 4 "
+        "as the full run meets it, in about a third of the time)",
+    )
     args = parser.parse_args()
     loops = [int(n) for n in args.loops.split(",") if n]
 
@@ -355,17 +371,27 @@ def main() -> None:
     ]
     engine = create_engine(normalize_url(url), pool_size=4)
     api = Api(f"http://127.0.0.1:{port}")
+
+    def projector_paused() -> Any:
+        return paused(subscriber, subs[1])
+
     settings = Settings(database_url=url)
     try:
         api.register(PLAYBOOK)
         if args.only == "fold":
             wait_ended(engine, api.batch("bench/three", 50), timeout=300)  # warm: connections, statements
-            print_fold(args.burst, burst(api, engine, args.burst, f"http://127.0.0.1:{port + 2}"))
+            print_fold(args.burst, burst(api, engine, args.burst, f"http://127.0.0.1:{port + 2}", projector_paused))
             return
-        if args.only == "loop":
+        if args.only == "loop" and not args.grow:
             print_loops({n: loop_cost(api, engine, n) for n in loops})
             return
         size = bytes_per_execution(api, engine, settings, args.sample)
+        if args.only == "loop":
+            seed(engine, size["template"], 0, args.executions)
+            settle(engine)
+            print(f"progress: seeded {args.executions} executions", flush=True)
+            print_loops({n: loop_cost(api, engine, n) for n in loops})
+            return
         print(f"progress: bytes per execution {size['total']:.0f} before retention", flush=True)
         if args.only == "bytes":
             print_bytes(args.sample, size)
@@ -390,8 +416,9 @@ def main() -> None:
             costs[target] = in_process(grown, twin, (grown_env, twin_env), IN_PROCESS)
             at = rates[target]
             print(f"progress: start throughput at {target}: {at['grown']:.1f}/s (twin: {at['twin']:.1f}/s)", flush=True)
-        fold = burst(api, engine, args.burst, f"http://127.0.0.1:{port + 2}")
-        print(f"progress: fold {fold['folded_per_s']:.0f}/s, write {fold['written_per_s']:.0f}/s", flush=True)
+        fold = burst(api, engine, args.burst, f"http://127.0.0.1:{port + 2}", projector_paused)
+        behind = fold["behind"]
+        print(f"progress: fold {behind['folded_per_s']:.0f}/s, write {behind['written_per_s']:.0f}/s", flush=True)
         loop_results = {}
         for n in loops:
             loop_results[n] = loop_cost(api, engine, n)
@@ -422,7 +449,7 @@ def main() -> None:
     if args.executions != 300_000:
         print(f"(start_300k below is measured at {args.executions} executions: --executions)")
     print(f"ratio start_300k: {rates[args.executions]['ratio']:.2f}")
-    print(f"ratio projector_fold_to_write: {fold['folded_per_s'] / fold['written_per_s']:.2f}")
+    print(f"ratio projector_fold_to_write: {fold['behind']['folded_per_s'] / fold['behind']['written_per_s']:.2f}")
     print_loops(loop_results, table=False)
     print(f"bytes per execution: {round(size['total'])}")
 

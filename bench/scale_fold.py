@@ -1,5 +1,16 @@
 """Step 3 of bench/scale.py: does the projector fold as fast as a burst writes events?
 
+Two bursts of the same size. The first with the projector pushed to as in service (it keeps pace or
+falls behind); the second with its push subscription paused while the burst writes, then resumed: its
+figure is the projector's rate when the whole burst is behind it, from the resume to the last event
+folded, against that burst's write rate (``ratio projector_fold_to_write``). Folding beside the
+writes, a projector can fold no faster than events arrive, so the first burst's ratio reads about 1.0
+whenever it keeps pace (its folding span is the writing span shifted by its lag) and cannot show by how
+much it is faster; the second can. The first burst's figures (its ratio and how long after the last
+write the projection was current) are printed too.
+
+The first burst, in detail:
+
 While the burst runs, a sampler reads every 0.1 s how many of the burst's events are written and how
 many the projector has folded (the sum of its tracking rows' versions over the burst's executions),
 until every one is folded. Each side's rate is the burst's events over its own active span: writing
@@ -17,6 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,7 +118,38 @@ def fold_against_write(
     }
 
 
-def print_fold(burst: int, fold: dict[str, float], *, ratio: bool = True) -> None:
+def fold_behind(
+    start_burst: Callable[[], list[str]],
+    wait_ended: Callable[[list[str]], None],
+    engine: Engine,
+    scope: tuple[str, str],
+    pause: Callable[[], AbstractContextManager[None]],
+) -> dict[str, float]:
+    """The second burst: written with the projector's push paused (``pause``), folded after the resume.
+    The write rate over its writing span and the fold rate from the resume to the last event folded."""
+    sampler = Sampler(engine, first_id(utc_now()), scope)
+    watching = threading.Thread(target=sampler.run, args=(900.0,), daemon=True)
+    with pause():
+        watching.start()
+        wait_ended(start_burst())
+    resumed = time.perf_counter()
+    sampler.writes_ended = True
+    watching.join()
+    written = sampler.samples[-1][1]
+    write_from, write_to = sampler.span(1, written)
+    folded_early = max(folded for at, _written, folded in sampler.samples if at <= resumed)
+    _first, fold_to = sampler.span(2, written)
+    return {
+        "written": written,
+        "write_s": write_to - write_from,
+        "written_per_s": written / (write_to - write_from),
+        "drain_s": fold_to - resumed,
+        "folded_per_s": written / (fold_to - resumed),
+        "folded_while_paused": folded_early,
+    }
+
+
+def print_fold(burst: int, fold: dict[str, Any], *, ratio: bool = True) -> None:
     print(
         f"burst of {burst} 3-step executions: {fold['written']:.0f} events written over {fold['write_s']:.1f} s "
         f"({fold['written_per_s']:.0f}/s); the projector folded them over {fold['fold_s']:.1f} s "
@@ -119,5 +162,13 @@ def print_fold(burst: int, fold: dict[str, float], *, ratio: bool = True) -> Non
             f"duplicates, {fold['locked_folds_in_window']:.0f} folded under the lock, "
             f"{fold['applied_events_in_window']:.0f} events applied)"
         )
+    print(f"  folding beside the writes: {fold['folded_per_s'] / fold['written_per_s']:.2f} of the write rate")
+    behind = fold["behind"]
+    print(
+        f"the same burst written with the projector's push paused: {behind['written']:.0f} events over "
+        f"{behind['write_s']:.1f} s ({behind['written_per_s']:.0f}/s); resumed, the projector folded them all in "
+        f"{behind['drain_s']:.1f} s ({behind['folded_per_s']:.0f}/s; {behind['folded_while_paused']:.0f} folded "
+        "before the resume)"
+    )
     if ratio:
-        print(f"ratio projector_fold_to_write: {fold['folded_per_s'] / fold['written_per_s']:.2f}")
+        print(f"ratio projector_fold_to_write: {behind['folded_per_s'] / behind['written_per_s']:.2f}")

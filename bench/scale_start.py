@@ -50,21 +50,21 @@ class Side:
 
 
 @contextmanager
-def paused(side: Side) -> Iterator[None]:
-    """The side's projector subscription pulled from (nothing pushed) inside, pushed to again after."""
-    config = side.subscriber.get_subscription(subscription=side.projector).push_config
-    side.subscriber.modify_push_config(request={"subscription": side.projector, "push_config": {}})
+def paused(subscriber: Any, subscription: str) -> Iterator[None]:
+    """A push subscription pulled from (nothing pushed, its messages kept) inside, pushed to again after."""
+    config = subscriber.get_subscription(subscription=subscription).push_config
+    subscriber.modify_push_config(request={"subscription": subscription, "push_config": {}})
     try:
         yield
     finally:
-        side.subscriber.modify_push_config(request={"subscription": side.projector, "push_config": config})
+        subscriber.modify_push_config(request={"subscription": subscription, "push_config": config})
 
 
 def start_rate(side: Side, n: int) -> float:
     """Executions started per second by one run of ``n``. It begins once the relay has published what
     the last run wrote; after it, untimed, the projector folds what it started."""
     wait_until(lambda: scalar(side.engine, "SELECT count(*) FROM outbox") == 0, timeout=60, interval=0.5)
-    with paused(side):
+    with paused(side.subscriber, side.projector):
         begin = time.perf_counter()
         with ThreadPoolExecutor(THREADS) as pool:
             ids = list(pool.map(lambda _i: side.start(), range(n)))
@@ -101,7 +101,7 @@ def in_process(grown: Side, twin: Side, envs: tuple[dict[str, str], dict[str, st
     folds what it started, before anything else is measured."""
     with ExitStack() as stack:
         for side in (grown, twin):
-            stack.enter_context(paused(side))
+            stack.enter_context(paused(side.subscriber, side.projector))
         ratio, started = start_cost(*envs, "bench/three", IDLE_POOL, n)
     for side, ids in zip((grown, twin), started, strict=True):
         wait_folded(side.engine, ids, timeout=120)

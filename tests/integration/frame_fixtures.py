@@ -13,7 +13,7 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, text
 
 from noetl_cloud.auth.internal import InternalAuth
-from noetl_cloud.eventlog.stored import envelope_fields
+from noetl_cloud.eventlog.stored import envelope_fields, stream_text
 from noetl_cloud.frames.app import FramesPlane, build_app
 from noetl_cloud.frames.policy import FramePolicy
 from noetl_cloud.frames.service import FrameService
@@ -70,10 +70,12 @@ class Frames:
             rows = conn.execute(
                 text(
                     "SELECT event_id, tenant_id, organization_id, execution_id, event_type, stream_id, stream_version, "
+                    "causation_id, "
                     "schema_name, aggregate_id, correlation_id, producer, idempotency_key, payload, payload_ref, "
-                    "envelope_checksum FROM event WHERE stream_id LIKE :prefix ORDER BY position"
+                    "envelope_checksum FROM event WHERE stream_id LIKE :frames ORDER BY position"
                 ),
-                {"prefix": f"execution/%/stage/{stage_id}/frame/%"},
+                # as stored (noetl_cloud.eventlog.stored): after their execution's "execution/<id>"
+                {"frames": f"\x01/stage/{stage_id}/frame/%"},
             )
             found = [{**r._mapping, **envelope_fields(r._mapping)} for r in rows]
         return [e for e in found if not types or e["event_type"] in types]
@@ -94,12 +96,12 @@ class Frames:
         with self.engine.connect() as conn:
             rows = conn.execute(
                 text(
-                    "SELECT event_type, payload, stream_id FROM event WHERE aggregate_type = 'stage' "
+                    "SELECT event_type, payload, stream_id, execution_id FROM event WHERE aggregate_type = 'stage' "
                     "AND aggregate_id = :s ORDER BY position"
                 ),
                 {"s": stage_id},
             )
-            return [dict(r._mapping) for r in rows]
+            return [{**r._mapping, "stream_id": stream_text(r.stream_id, r.execution_id)} for r in rows]
 
 
 @pytest.fixture

@@ -123,9 +123,9 @@ def test_keys_are_stored_as_digests_that_sql_computes_the_same_way(db_engine: En
             text(
                 f"SELECT k.key_digest, k.key_digest = {KEY_DIGEST_SQL.format(k=key_text, x='e.execution_id')} AS same, "
                 f"pg_column_size(k.key_digest) AS size, {key_text} AS key, e.idempotency_key AS stored "
-                "FROM event_key k JOIN event e ON e.event_id = k.event_id WHERE e.stream_id = :s ORDER BY e.position"
+                "FROM event_key k JOIN event e ON e.event_id = k.event_id WHERE e.execution_id = :x ORDER BY e.position"
             ),
-            {"s": stream},
+            {"x": int(execution)},
         ).all()
         checksum = conn.execute(
             text("SELECT envelope_checksum FROM event WHERE event_id = :e"), {"e": int(sealed[0].event_id)}
@@ -167,10 +167,10 @@ def test_fields_that_repeat_the_execution_are_not_stored_and_read_back_whole(db_
     with db_engine.connect() as conn:
         stored = conn.execute(
             text(
-                "SELECT schema_name, aggregate_id, correlation_id, producer FROM event WHERE stream_id = :s "
+                "SELECT schema_name, aggregate_id, correlation_id, producer FROM event WHERE execution_id = :x "
                 "ORDER BY stream_version"
             ),
-            {"s": stream},
+            {"x": int(execution)},
         ).all()
     assert [tuple(r) for r in stored] == [
         (None, None, None, "noetl://test"),  # the contract factory's producer is not under its tenant's prefix
@@ -182,3 +182,31 @@ def test_fields_that_repeat_the_execution_are_not_stored_and_read_back_whole(db_
         ("acme.step.done", stream, None),
     ]
     assert [e.to_json() for e in read] == [e.to_json() for e in sealed] and all(e.verify_checksum() for e in read)
+
+
+def test_stream_and_causation_ids_are_stored_relative_and_streams_read_back_whole(db_engine: Engine) -> None:
+    """An execution's stream id is stored after ``execution/<id>``, a cause as its distance back
+    (noetl_cloud.eventlog.stored); a stream named like an execution's but of events of none keeps its
+    id whole. ``read_stream`` finds each, and every envelope reads back as sealed."""
+    store = PostgresEventStore(db_engine)
+    stream = new_stream()
+    frame = f"{stream}/stage/1/frame/2"
+    first = store.append(stream, [make_event(stream)])[0]
+    caused = store.append(stream, [make_event(stream, causation_id=first.event_id)])
+    framed = store.append(frame, [make_event(frame, causation_id="external-1")])
+    orphan = new_stream()  # named like an execution's stream, its events of no execution
+    loose = store.append(orphan, [make_event(orphan, execution_id=None)])
+    with db_engine.connect() as conn:
+        stored = conn.execute(
+            text("SELECT event_id, stream_id, causation_id FROM event WHERE event_id = ANY(:ids) ORDER BY position"),
+            {"ids": [int(e.event_id) for e in (first, *caused, *framed, *loose)]},
+        ).all()
+    assert [(r.stream_id, r.causation_id) for r in stored] == [
+        ("\x01", None),
+        ("\x01", "\x01" + str(int(caused[0].event_id) - int(first.event_id))),
+        ("\x01/stage/1/frame/2", "external-1"),
+        (orphan, None),
+    ]
+    for name, sealed in ((stream, [first, *caused]), (frame, framed), (orphan, loose)):
+        read = store.read_stream(name)
+        assert [e.to_json() for e in read] == [e.to_json() for e in sealed] and all(e.verify_checksum() for e in read)

@@ -336,8 +336,12 @@ def _stream_versions(plane: ControlPlane, execution_id: str) -> list[int]:
     with plane.engine.connect() as conn:
         return list(
             conn.execute(
-                text("SELECT stream_version FROM event WHERE stream_id = :s ORDER BY stream_version"),
-                {"s": f"execution/{execution_id}"},
+                # its own stream, as stored (noetl_cloud.eventlog.stored)
+                text(
+                    "SELECT stream_version FROM event WHERE execution_id = :x AND stream_id = chr(1) "
+                    "ORDER BY stream_version"
+                ),
+                {"x": int(execution_id)},
             ).scalars()
         )
 
@@ -405,10 +409,10 @@ def test_a_report_whose_stream_a_claim_appended_to_after_its_lock_writes_after_t
     with plane.engine.connect() as conn:
         order = conn.execute(
             text(
-                "SELECT event_type, payload ->> 'command_id' FROM event WHERE stream_id = :s "
+                "SELECT event_type, payload ->> 'command_id' FROM event WHERE execution_id = :x AND stream_id = chr(1) "
                 "AND stream_version > :head ORDER BY stream_version LIMIT 2"
             ),
-            {"s": f"execution/{execution_id}", "head": moved[0]},
+            {"x": int(execution_id), "head": moved[0]},
         ).all()
     assert [tuple(row) for row in order] == [
         ("command.claimed", str(branches["right"])),

@@ -273,3 +273,53 @@ def test_0017_stores_projection_digests_as_their_bytes_and_back(empty_database_u
         assert tracked == digest
     finally:
         engine.dispose()
+
+
+def test_0018_stores_stream_and_causation_ids_as_the_readers_rebuild_them_and_back(empty_database_url: str) -> None:
+    from sqlalchemy import text
+
+    from noetl_cloud.eventlog.stored import stored_causation, stored_stream
+
+    engine = create_db_engine(Settings(database_url=empty_database_url), pool_size=1)
+    columns = (
+        "event_id, tenant_id, organization_id, execution_id, stream_id, stream_version, aggregate_type, event_type, "
+        "schema_version, event_time, ingest_time, producer, envelope_checksum, causation_id"
+    )
+    rows = [  # (event id, execution id, stream id, causation id), whole
+        (1000, 7, "execution/7", "999"),  # the execution's own stream, caused by the event before
+        (1001, 7, "execution/7/stage/3/frame/4", "1001"),  # a frame's stream; caused by itself: a difference of 0
+        (1002, 7, "execution/70", "0999"),  # another execution's name; a cause that is not a canonical id
+        (1003, None, "catalog/x", "2000"),  # no execution; a cause after the event: kept whole
+        (1004, 7, "\x01odd", "\x02c"),  # values that start with the markers
+        (1005, None, "execution/7", None),
+        (1006, 7, "execution/7", "not-an-id"),
+    ]
+    try:
+        migrate.upgrade(engine, "0017")
+        with engine.begin() as conn:
+            for event_id, execution_id, stream_id, causation_id in rows:
+                conn.execute(
+                    text(
+                        f"INSERT INTO event ({columns}) VALUES (:id, 't', 'o', :x, :s, 1, 'x', 'step.done', 1, now(), "
+                        "now(), 'p', '\\x00', :c)"
+                    ),
+                    {"id": event_id, "x": execution_id, "s": stream_id, "c": causation_id},
+                )
+        migrate.upgrade(engine, "0018")
+        read = text("SELECT stream_id, causation_id FROM event ORDER BY event_id")
+        with engine.begin() as conn:
+            stored = [tuple(r) for r in conn.execute(read)]
+        # the SQL of the migration writes what the event store writes (noetl_cloud.eventlog.stored)
+        assert stored == [(stored_stream(s, x), stored_causation(c, e)) for e, x, s, c in rows]
+        assert stored[:4] == [
+            ("\x01", "\x011"),
+            ("\x01/stage/3/frame/4", "\x010"),
+            ("execution/70", "0999"),
+            ("catalog/x", "2000"),
+        ]
+        assert stored[4] == ("\x02\x01odd", "\x02\x02c")
+        migrate.downgrade(engine, "0017")
+        with engine.begin() as conn:
+            assert [tuple(r) for r in conn.execute(read)] == [(s, c) for _e, _x, s, c in rows]
+    finally:
+        engine.dispose()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from noetl_cloud.eventlog.stored import ESCAPE, LITERAL, envelope_fields, stored_fields
+from noetl_cloud.eventlog.stored import ESCAPE, LITERAL, envelope_fields, stored_fields, stream_lookup
 
 EXECUTION = "384572860948287488"
+EVENT = 384572860956676100
 OWN = "noetl://tenant/acme/org/ops/role/execute/node/321"
 KEY = f"acme/ops/{EXECUTION}/command/384572860956676099/1/issued"
 CASES = [
@@ -42,10 +43,45 @@ def test_the_stored_form_rebuilds_exactly_what_was_given(
         "producer": producer,
         "idempotency_key": idempotency_key,
     }
+    given |= {"stream_id": f"execution/{execution_id}", "causation_id": None}
     scope = {"tenant_id": "acme", "organization_id": "ops"}
-    stored = stored_fields(event_type="step.done", execution_id=execution_id, **scope, **given)
-    row = {"event_type": "step.done", "execution_id": None if execution_id is None else int(execution_id)}
+    stored = stored_fields(event_type="step.done", event_id=EVENT, execution_id=execution_id, **scope, **given)
+    execution = None if execution_id is None else int(execution_id)
+    row = {"event_type": "step.done", "event_id": EVENT, "execution_id": execution}
     assert envelope_fields({**row, **scope, **stored}) == given
+
+
+STREAMS = [
+    # (execution_id, stream_id, causation_id)
+    (EXECUTION, f"execution/{EXECUTION}", str(EVENT - 1)),
+    (EXECUTION, f"execution/{EXECUTION}/stage/1/frame/2", str(EVENT)),
+    (EXECUTION, f"execution/{EXECUTION}0", "0" + str(EVENT - 1)),  # another execution's name; not canonical
+    (EXECUTION, f"execution/{EXECUTION}/", str(EVENT + 1)),  # a cause after the event: kept whole
+    (None, f"execution/{EXECUTION}", "١٢"),  # no execution; digits that are not ASCII
+    (EXECUTION, ESCAPE, ESCAPE + "1"),
+    (None, LITERAL + "x", LITERAL),
+    (EXECUTION, "subscription/7", None),
+]
+
+
+@pytest.mark.parametrize(("execution_id", "stream_id", "causation_id"), STREAMS)
+def test_stream_and_causation_ids_are_rebuilt_exactly(
+    execution_id: str | None, stream_id: str, causation_id: str | None
+) -> None:
+    given = {
+        "schema_name": "noetl.step.done",
+        "aggregate_id": EXECUTION,
+        "correlation_id": None,
+        "producer": OWN,
+        "idempotency_key": None,
+        "stream_id": stream_id,
+        "causation_id": causation_id,
+    }
+    scope = {"tenant_id": "acme", "organization_id": "ops", "event_type": "step.done", "event_id": EVENT}
+    stored = stored_fields(execution_id=execution_id, **scope, **given)
+    assert envelope_fields({**scope, "execution_id": execution_id, **stored}) == given
+    _execution, relative, whole = stream_lookup(stream_id)
+    assert stored["stream_id"] in (relative, whole)  # how read_stream finds it
 
 
 def test_the_runtimes_usual_event_stores_none_of_the_repeats() -> None:
@@ -53,7 +89,10 @@ def test_the_runtimes_usual_event_stores_none_of_the_repeats() -> None:
         tenant_id="acme",
         organization_id="ops",
         event_type="command.issued",
+        event_id=EVENT,
         execution_id=EXECUTION,
+        stream_id=f"execution/{EXECUTION}",
+        causation_id=str(EVENT - 3),
         schema_name="noetl.command.issued",
         aggregate_id=EXECUTION,
         correlation_id=EXECUTION,
@@ -66,4 +105,6 @@ def test_the_runtimes_usual_event_stores_none_of_the_repeats() -> None:
         "correlation_id": None,
         "producer": ESCAPE + "role/execute/node/321",
         "idempotency_key": ESCAPE + "command/384572860956676099/1/issued",
+        "stream_id": ESCAPE,
+        "causation_id": ESCAPE + "3",
     }

@@ -99,5 +99,19 @@ def test_rows_as_stored_since_0012_archive_and_replay_like_the_rows_before_it() 
     assert {k: v for k, v in event.items() if k != "correlation_id"} == rest
 
 
+def test_an_archive_of_form_0012_reads_its_whole_stream_and_causation_ids_into_todays_form() -> None:
+    """Form 0012 kept the stream and causation ids whole; decoded, they are in the form migration 0018
+    stores (relative to the execution and to the row's own id) and replay reads the same envelope."""
+    whole = _row(3, causation_id="1002", stream_id="execution/42/stage/1/frame/2")
+    sink = io.BytesIO()
+    metadata = {b"noetl.event_row": b"0012"}
+    table = pa.table({n: [_plain(whole[n], n)] for n in archive.COLUMNS}, schema=archive.SCHEMA.with_metadata(metadata))
+    pq.write_table(table, sink)
+    (was,) = archive.decode(sink.getvalue())
+    assert (was["stream_id"], was["causation_id"]) == ("\x01/stage/1/frame/2", "\x011")
+    assert from_row(was) == from_row(whole)
+    assert (from_row(was)["stream_id"], from_row(was)["causation_id"]) == ("execution/42/stage/1/frame/2", "1002")
+
+
 def _plain(value: Any, name: str) -> Any:
     return json.dumps(value) if name in ("payload", "payload_ref", "meta") and value is not None else value

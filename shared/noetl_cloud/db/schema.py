@@ -56,6 +56,7 @@ event = Table(
     Column("tenant_id", Text, nullable=False),
     Column("organization_id", Text, nullable=False),
     Column("execution_id", BigInteger, nullable=True),
+    # After its execution's "execution/<id>" (noetl_cloud.eventlog.stored, migration 0018).
     Column("stream_id", Text, nullable=False),
     Column("stream_version", BigInteger, nullable=False),
     # NULL: the execution id; the default schema name noetl.<event_type>; the execution id or no correlation
@@ -68,7 +69,7 @@ event = Table(
     Column("event_time", DateTime(timezone=True), nullable=False),
     Column("ingest_time", DateTime(timezone=True), nullable=False),
     Column("producer", Text, nullable=False),
-    Column("causation_id", Text, nullable=True),
+    Column("causation_id", Text, nullable=True),  # an earlier event's id as the distance back (0018)
     Column("correlation_id", Text, nullable=True),
     Column("idempotency_key", Text, nullable=True),
     Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),

@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select, text
+from sqlalchemy import Connection, Engine, and_, or_, select, text
 from sqlalchemy.exc import IntegrityError
 
 from noetl_cloud.db.bulk import InsertBatch, as_bytea
@@ -36,7 +36,7 @@ from noetl_cloud.eventlog.port import (
     check_batch,
 )
 from noetl_cloud.eventlog.relay import OutboxRow
-from noetl_cloud.eventlog.stored import envelope_fields, stored_fields
+from noetl_cloud.eventlog.stored import envelope_fields, stored_fields, stream_lookup
 
 _BUMP_ANY = text(
     "INSERT INTO stream (stream_id, version) VALUES (:stream_id, :n) "
@@ -74,17 +74,20 @@ def _row(envelope: EventEnvelope) -> dict[str, Any]:
         producer=envelope.producer,
         idempotency_key=envelope.idempotency_key,
         event_type=envelope.event_type,
+        event_id=envelope.event_id,
         execution_id=envelope.execution_id,
+        stream_id=envelope.stream_id,
         schema_name=envelope.schema_name,
         aggregate_id=envelope.aggregate_id,
         correlation_id=envelope.correlation_id,
+        causation_id=envelope.causation_id,
     )
     return {
         "event_id": int(envelope.event_id),
         "tenant_id": envelope.tenant_id,
         "organization_id": envelope.organization_id,
         "execution_id": int(envelope.execution_id) if envelope.execution_id else None,
-        "stream_id": envelope.stream_id,
+        "stream_id": compact["stream_id"],
         "stream_version": envelope.stream_version,
         "aggregate_id": compact["aggregate_id"],
         "aggregate_type": envelope.aggregate_type,
@@ -94,7 +97,7 @@ def _row(envelope: EventEnvelope) -> dict[str, Any]:
         "event_time": envelope.event_time,
         "ingest_time": envelope.ingest_time,
         "producer": compact["producer"],
-        "causation_id": envelope.causation_id,
+        "causation_id": compact["causation_id"],
         "correlation_id": compact["correlation_id"],
         "idempotency_key": compact["idempotency_key"],
         "payload": envelope.payload,
@@ -120,14 +123,12 @@ def envelope_from_row(row: Any) -> EventEnvelope:
         tenant_id=m["tenant_id"],
         organization_id=m["organization_id"],
         execution_id=None if m["execution_id"] is None else str(m["execution_id"]),
-        stream_id=m["stream_id"],
         stream_version=m["stream_version"],
         aggregate_type=m["aggregate_type"],
         event_type=m["event_type"],
         schema_version=m["schema_version"],
         event_time=m["event_time"],
         ingest_time=m["ingest_time"],
-        causation_id=m["causation_id"],
         payload=m["payload"],
         payload_ref=PayloadRef(**m["payload_ref"]) if m["payload_ref"] else None,
         meta=m["meta"],
@@ -383,9 +384,16 @@ class PostgresEventStore:
             return self._version_in(conn, stream_id)
 
     def read_stream(self, stream_id: str, from_version: int = 1) -> list[EventEnvelope]:
+        # As stored (noetl_cloud.eventlog.stored): an execution's stream by its execution id (an index),
+        # relative to it; the same id whole for events of no execution (or of another one).
+        execution_id, relative, whole = stream_lookup(stream_id)
+        column = event_table.c.stream_id
+        matches = column == whole
+        if execution_id is not None:
+            matches = or_(and_(event_table.c.execution_id == execution_id, column == relative), matches)
         query = (
             select(*_COLUMNS)
-            .where(event_table.c.stream_id == stream_id, event_table.c.stream_version >= from_version)
+            .where(matches, event_table.c.stream_version >= from_version)
             .order_by(event_table.c.stream_version)
         )
         with self.engine.connect() as conn:

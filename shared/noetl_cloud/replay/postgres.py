@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from noetl_cloud.eventlog.stored import stream_text
 from noetl_cloud.replay.events import from_row
 from noetl_cloud.replay.state import LINEAGE, SURFACES
 from noetl_cloud.replay.upcasters import Event
@@ -178,7 +179,7 @@ def delivery(conn: Connection, event_id: int) -> Delivery | None:
         tenant_id=first.d_tenant_id,
         organization_id=first.d_organization_id,
         execution_id=None if first.d_execution_id is None else str(first.d_execution_id),
-        stream_id=first.d_stream_id,
+        stream_id=stream_text(first.d_stream_id, first.d_execution_id),
         tracking=_prefixed_tracking(first),
     )
 

@@ -17,7 +17,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from noetl_cloud.errors import ConfigError
-from noetl_cloud.eventlog.stored import stored_fields
+from noetl_cloud.eventlog.stored import stored_causation, stored_fields, stored_stream
 from noetl_cloud.payload.bootstrap import payload_store
 from noetl_cloud.payload.port import ObjectPayloadStore
 from noetl_cloud.settings import Settings
@@ -53,8 +53,9 @@ SCHEMA = pa.schema(
 COLUMNS = tuple(SCHEMA.names)
 _JSON = ("payload", "payload_ref", "meta")
 # The rows' form (noetl_cloud.eventlog.stored): archives written before migration 0012 have no such key
-# and hold every envelope field whole; decode() gives every archive's rows in the stored form.
-_FORM = {b"noetl.event_row": b"0012"}
+# and hold every envelope field whole, those of form 0012 their stream and causation ids whole;
+# decode() gives every archive's rows in the stored form.
+_FORM = {b"noetl.event_row": b"0018"}
 
 
 def encode(rows: Sequence[Mapping[str, Any]]) -> bytes:
@@ -77,13 +78,13 @@ def encode(rows: Sequence[Mapping[str, Any]]) -> bytes:
 def decode(data: bytes) -> list[dict[str, Any]]:
     """The rows :func:`encode` wrote, with their JSON columns parsed again, in the stored form."""
     table = pq.read_table(io.BytesIO(data))
-    whole = (table.schema.metadata or {}).get(b"noetl.event_row") != _FORM[b"noetl.event_row"]
+    form = (table.schema.metadata or {}).get(b"noetl.event_row")
     rows: list[dict[str, Any]] = table.to_pylist()
     for row in rows:
         for name in _JSON:
             if row[name] is not None:
                 row[name] = json.loads(row[name])
-        if whole:  # archived before 0012: its envelope fields whole, as the stored form
+        if form is None:  # archived before 0012: its envelope fields whole, as the stored form
             row.update(
                 stored_fields(
                     tenant_id=row["tenant_id"],
@@ -91,12 +92,18 @@ def decode(data: bytes) -> list[dict[str, Any]]:
                     producer=row["producer"],
                     idempotency_key=row["idempotency_key"],
                     event_type=row["event_type"],
+                    event_id=row["event_id"],
                     execution_id=None if row["execution_id"] is None else str(row["execution_id"]),
+                    stream_id=row["stream_id"],
                     schema_name=row["schema_name"],
                     aggregate_id=row["aggregate_id"],
                     correlation_id=row["correlation_id"],
+                    causation_id=row["causation_id"],
                 )
             )
+        elif form == b"0012":  # archived before 0018: its stream and causation ids whole
+            row["stream_id"] = stored_stream(row["stream_id"], row["execution_id"])
+            row["causation_id"] = stored_causation(row["causation_id"], row["event_id"])
     return rows
 
 

@@ -29,7 +29,7 @@ from sqlalchemy import Connection, Engine, text
 
 from noetl_cloud.envelope import utc_now
 from noetl_cloud.eventlog.keys import KEY_DIGEST_SQL
-from noetl_cloud.eventlog.stored import KEY_TEXT_SQL
+from noetl_cloud.eventlog.stored import KEY_TEXT_SQL, STREAM_TEXT_SQL
 from noetl_cloud.retention import archive, partitions
 from noetl_cloud.settings import Settings
 
@@ -87,7 +87,9 @@ _REMOVE = tuple(
         "DELETE FROM subscription_dedup WHERE execution_id = :e",
         # The heads of its streams: nothing appends to a removed execution (its events stay until their
         # partition is dropped, so their stream ids are still known here).
-        "DELETE FROM stream WHERE stream_id IN (SELECT DISTINCT stream_id FROM event WHERE execution_id = :e)",
+        "DELETE FROM stream WHERE stream_id IN (SELECT DISTINCT "
+        + STREAM_TEXT_SQL.format(s="stream_id", x="execution_id")
+        + " FROM event WHERE execution_id = :e)",
         "DELETE FROM execution WHERE execution_id = :e",
     )
 )
