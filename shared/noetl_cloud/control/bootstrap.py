@@ -63,7 +63,9 @@ class ControlPlane:
 
     @cached_property
     def store(self) -> PostgresEventStore:
-        return PostgresEventStore(self.engine, events_topic=self.settings.events_topic)
+        # Writers of events of no execution (catalog, subscriptions, listeners, the runtime's and the
+        # spool's reports) publish them after their commit, as the execution writers do.
+        return PostgresEventStore(self.engine, events_topic=self.settings.events_topic, relay=self.relay.hand_off)
 
     @cached_property
     def publisher(self) -> Publisher:

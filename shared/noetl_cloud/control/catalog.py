@@ -30,6 +30,7 @@ from noetl_cloud.engine.validate import validate_playbook
 from noetl_cloud.envelope import EventFactory, sha256_hex
 from noetl_cloud.errors import Conflict, NotFound, ValidationFailed
 from noetl_cloud.eventlog.postgres import PostgresEventStore
+from noetl_cloud.eventlog.relay import OutboxRow
 from noetl_cloud.ids import SnowflakeGenerator
 from noetl_cloud.spec import Document, parse_document
 from noetl_cloud.spec.playbook import PlaybookDoc
@@ -174,6 +175,7 @@ class CatalogService:
         gateway_path = None
         if isinstance(document, SubscriptionDoc) and document.spec.ingress is not None:
             gateway_path = document.spec.ingress.gateway_path
+        rows: list[OutboxRow] = []
         with self.engine.begin() as conn:
             self._lock(conn, f"catalog:{self.tenant_id}:{self.organization_id}:{document.path}")
             if gateway_path:
@@ -200,7 +202,8 @@ class CatalogService:
             if isinstance(document, SubscriptionDoc):
                 self._check_subscription(conn, document)
             version = (latest.version if latest is not None else 0) + 1
-            entry = self._insert(conn, document, content, digest, version, gateway_path)
+            entry = self._insert(conn, document, content, digest, version, gateway_path, rows)
+        self.store.hand_off(rows)
         self.cache.remember(entry, latest=True)
         return entry, True
 
@@ -209,7 +212,14 @@ class CatalogService:
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key})
 
     def _insert(
-        self, conn: Connection, document: Document, content: str, digest: str, version: int, gateway_path: str | None
+        self,
+        conn: Connection,
+        document: Document,
+        content: str,
+        digest: str,
+        version: int,
+        gateway_path: str | None,
+        outbox: list[OutboxRow],
     ) -> CatalogEntry:
         catalog_id = self.ids.next_id()
         body = document.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -244,7 +254,7 @@ class CatalogService:
             },
             idempotency_key=f"{self.tenant_id}/{self.organization_id}/catalog/{document.path}/{version}",
         )
-        self.store.append_in(conn, stream, [event], expected_version=version - 1)
+        self.store.append_in(conn, stream, [event], expected_version=version - 1, outbox=outbox)
         return _entry(row)
 
     def _check_subscription(self, conn: Connection, doc: SubscriptionDoc) -> None:

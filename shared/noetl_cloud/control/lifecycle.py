@@ -19,6 +19,7 @@ from noetl_cloud.envelope import EventFactory
 from noetl_cloud.errors import Conflict, NotFound, ValidationFailed
 from noetl_cloud.eventlog.port import StreamVersionConflict
 from noetl_cloud.eventlog.postgres import PostgresEventStore
+from noetl_cloud.eventlog.relay import OutboxRow
 from noetl_cloud.ids import SnowflakeGenerator
 
 # action -> (states it may start from, state it leads to, event type)
@@ -78,6 +79,7 @@ class SubscriptionService:
         entry = self.catalog.get(path)
         if entry.kind != "Subscription":
             raise ValidationFailed(f"{path} is a {entry.kind}, not a Subscription", code="not_a_subscription")
+        rows: list[OutboxRow] = []
         with self.engine.begin() as conn:
             live = conn.execute(
                 select(subscription).where(
@@ -119,13 +121,16 @@ class SubscriptionService:
                     )
                 ],
                 expected_version=0,
+                outbox=rows,
             )
+        self.store.hand_off(rows)
         return _view(row), True
 
     def transition(self, subscription_id: int, action: str, expected_version: int | None = None) -> dict[str, Any]:
         if action not in TRANSITIONS:
             raise NotFound(f"unknown lifecycle action {action!r}", code="unknown_action")
         allowed, target, event_type = TRANSITIONS[action]
+        rows: list[OutboxRow] = []
         with self.engine.begin() as conn:
             row = conn.execute(
                 select(subscription).where(self._scope(), subscription.c.subscription_id == subscription_id)
@@ -167,9 +172,11 @@ class SubscriptionService:
                         )
                     ],
                     expected_version=version,
+                    outbox=rows,
                 )
             except StreamVersionConflict:
                 raise self._lost_race(subscription_id, action) from None
+        self.store.hand_off(rows)
         return _view(moved)
 
     def _lost_race(self, subscription_id: int, action: str) -> Conflict:

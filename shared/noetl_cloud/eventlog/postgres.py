@@ -7,15 +7,16 @@ statements on a connection the caller holds, so a service can write its own rows
 execution, a command) in the very transaction that writes their events.
 
 The outbox rows an append writes are handed back through ``outbox=`` (a list the writer passes):
-after its commit the writer gives them to :meth:`~noetl_cloud.eventlog.relay.OutboxRelay.publish_rows`,
-so an event reaches ``noetl-events`` only once it is durable; a writer that crashes or fails to
-publish leaves them ``pending`` for the sweep.
+after its commit the writer gives them to the relay (:meth:`PostgresEventStore.hand_off`), so an
+event reaches ``noetl-events`` only once it is durable; a writer that crashes or fails to publish
+leaves them ``pending`` for the sweep. :meth:`PostgresEventStore.append` (its own transaction) hands
+its rows off itself.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, or_, select, text
@@ -153,15 +154,30 @@ def run_batch(
 
 
 class PostgresEventStore:
-    def __init__(self, engine: Engine, *, events_topic: str = "noetl-events") -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        events_topic: str = "noetl-events",
+        relay: Callable[[Sequence[OutboxRow]], None] | None = None,
+    ) -> None:
         self.engine = engine
         self.events_topic = events_topic
+        self._relay = relay  # without one, committed rows wait for the sweep
+
+    def hand_off(self, rows: Sequence[OutboxRow]) -> None:
+        """Give the outbox rows of a committed write to the relay (the caller commits first)."""
+        if rows and self._relay is not None:
+            self._relay(rows)
 
     def append(
         self, stream_id: str, events: Sequence[EventEnvelope], expected_version: int | None = None
     ) -> list[EventEnvelope]:
+        rows: list[OutboxRow] = []
         with self.engine.begin() as conn:
-            return self.append_in(conn, stream_id, events, expected_version)
+            sealed = self.append_in(conn, stream_id, events, expected_version, outbox=rows)
+        self.hand_off(rows)
+        return sealed
 
     def append_in(
         self,
@@ -384,8 +400,9 @@ class PostgresEventStore:
             return self._version_in(conn, stream_id)
 
     def read_stream(self, stream_id: str, from_version: int = 1) -> list[EventEnvelope]:
-        # As stored (noetl_cloud.eventlog.stored): an execution's stream by its execution id (an index),
-        # relative to it; the same id whole for events of no execution (or of another one).
+        # As stored (noetl_cloud.eventlog.stored): the named execution's events relative to it, any
+        # other event (of no execution, or of another one) whole. Every partition is read, as before
+        # (the stream index holds only events of no execution): the runtime reads by execution.
         execution_id, relative, whole = stream_lookup(stream_id)
         column = event_table.c.stream_id
         matches = column == whole

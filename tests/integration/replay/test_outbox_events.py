@@ -48,6 +48,7 @@ def test_every_writer_publishes_its_last_event_per_execution_after_its_commit_in
     rclient: FlaskClient, rplane: ControlPlane, events_topic: EventsTopic
 ) -> None:
     register(rclient, chain_playbook("outbox/chain", 3))
+    assert [m.attributes["event_type"] for m in events_topic.pull(1)] == ["catalog.registered"]  # the next test
     driver = Driver(rclient, rplane.engine)
     eid = driver.start("outbox/chain")  # execute: playbook.started ... command.issued
     driver.run_to_end(eid)  # claim (command.claimed), report (command.*, step.*, playbook.completed)
@@ -73,6 +74,24 @@ def test_every_writer_publishes_its_last_event_per_execution_after_its_commit_in
     assert counted == {e: len(ids) for e, ids in events.items()}  # every event is covered by one message
     left = {str(e) for e, _status in _event_rows(rplane, events_topic.name)}
     assert not left & {i for ids in by_execution.values() for i in ids}  # published, so deleted
+
+
+def test_events_of_no_execution_are_published_after_their_commit_not_left_for_the_sweep(
+    rclient: FlaskClient, rplane: ControlPlane, events_topic: EventsTopic
+) -> None:
+    """A catalog registration (written in the catalog's own transaction) and a listener's audit event
+    (the store's own append) reach the events topic once committed, one message per stream, and leave
+    no outbox row behind: before, they waited for the sweep."""
+    register(rclient, chain_playbook("outbox/catalog", 1))
+    audited = rplane.listeners.audit("github", "subscription.message.rejected", {"reason": "signature"})
+    messages = events_topic.pull(2)
+    assert [(m.attributes["event_type"], m.ordering_key) for m in messages] == [
+        ("catalog.registered", "catalog/outbox/catalog"),
+        ("subscription.message.rejected", "listener/github"),
+    ]
+    assert [json.loads(m.data)["execution_id"] for m in messages] == [None, None]
+    assert json.loads(messages[1].data)["event_id"] == audited
+    assert _event_rows(rplane, events_topic.name) == []  # published at once, so deleted; none pending
 
 
 def test_a_failed_publish_stays_pending_with_backoff_until_the_sweep_publishes_it(
