@@ -387,8 +387,7 @@ def main() -> None:
             return
         size = bytes_per_execution(api, engine, settings, args.sample)
         if args.only == "loop":
-            seed(engine, size["template"], 0, args.executions)
-            settle(engine)
+            seed(engine, size["template"], 0, args.executions)  # vacuumed, analyzed, checkpointed after
             print(f"progress: seeded {args.executions} executions", flush=True)
             print_loops({n: loop_cost(api, engine, n) for n in loops})
             return
