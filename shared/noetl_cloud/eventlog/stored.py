@@ -100,10 +100,10 @@ def stream_lookup(stream_id: str) -> tuple[int | None, str | None, str]:
     the stored id of the events of any other execution or of none (the id whole). A reader matches
     ``(execution_id = x AND stream_id = relative) OR stream_id = whole``."""
     whole = _literal(stream_id)
-    head, sep, rest = stream_id.removeprefix("execution/").partition("/")
+    head = stream_id.removeprefix("execution/").partition("/")[0]
     if not stream_id.startswith("execution/") or not head.isascii() or not head.isdigit() or str(int(head)) != head:
         return None, None, whole
-    return int(head), ESCAPE + (sep + rest), whole
+    return int(head), _stream_relative(stream_id, stream_prefix(head)), whole
 
 
 def stream_text(stored: str, execution_id: Any) -> str:
@@ -155,14 +155,17 @@ def stored_fields(
         "correlation_id": correlation,
         "producer": _relative(producer, producer_prefix(tenant_id, organization_id)),
         "idempotency_key": None if idempotency_key is None else _relative(idempotency_key, key_start),
-        "stream_id": stored_stream(stream_id, execution),
+        "stream_id": _stream_relative(stream_id, stream_prefix(execution)),
         "causation_id": stored_causation(causation_id, int(event_id)),
     }
 
 
 def stored_stream(stream_id: str, execution_id: Any) -> str:
     """The stored form of an event's ``stream_id``."""
-    prefix = stream_prefix(_execution(execution_id))
+    return _stream_relative(stream_id, stream_prefix(_execution(execution_id)))
+
+
+def _stream_relative(stream_id: str, prefix: str | None) -> str:
     # Only the execution's own stream or one under it: "execution/12" is not under "execution/1".
     if prefix is not None and (stream_id == prefix or stream_id.startswith(prefix + "/")):
         return ESCAPE + stream_id[len(prefix) :]
@@ -189,6 +192,6 @@ def envelope_fields(row: Mapping[str, Any]) -> dict[str, str | None]:
         "schema_name": row["schema_name"] or default_schema_name(row["event_type"]),
         "aggregate_id": row["aggregate_id"] if row["aggregate_id"] is not None else execution,
         "correlation_id": correlation,
-        "stream_id": stream_text(row["stream_id"], row["execution_id"]),
+        "stream_id": _whole(row["stream_id"], stream_prefix(execution)),
         "causation_id": _caused_by(row["causation_id"], int(row["event_id"])),
     }
